@@ -1,0 +1,71 @@
+"""The ``npformer`` command line.
+
+Each subcommand lives in its own module in this package with a
+``register(subparsers)`` function that adds its parser and sets ``func``.
+Heavy imports (matplotlib, tokenizers, training) happen inside the handlers, so
+``npformer --help`` stays quick.
+
+Errors a user can cause end with one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import importlib
+import sys
+
+# module name in npformer.cli -> registered in this order
+SUBCOMMANDS = ["lesson", "info", "demo", "train", "eval", "translate", "generate",
+               "attention", "embed", "similar", "act"]
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the usage too)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="npformer", description="The Transformer from scratch in NumPy.")
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"npformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in SUBCOMMANDS:
+        try:
+            mod = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as e:
+            if e.name == f"{__name__}.{name}":
+                continue  # subcommand not built yet
+            raise
+        mod.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, ValueError, TypeError, FileNotFoundError, NotADirectoryError,
+            IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        if os.environ.get("NPFORMER_DEBUG"):
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, UnicodeDecodeError):
+            msg = f"input is not valid UTF-8 ({e.reason} at byte {e.start})"
+        sys.stderr.write(f"npformer {args.command}: error: {msg}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"npformer {args.command}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

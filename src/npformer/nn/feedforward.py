@@ -1,0 +1,50 @@
+"""Position-wise feed-forward network (paper section 3.3):
+
+    FFN(x) = act(x W1^T + b1) W2^T + b2,  applied to each position alone.
+
+Children are named ``linear1``/``linear2`` as in torch's Transformer layers; dropout
+sits after the activation, where torch puts it.
+Dimension legend: ``...`` leading dims, E model width, F inner width (d_ff).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import gelu_backward, gelu_forward, relu_backward, relu_forward
+from .basic import Dropout, Linear
+from .module import Module, add_grads
+
+ACTIVATIONS = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+
+
+class FeedForward(Module):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
+                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        rng = rng if rng is not None else np.random.default_rng(0)
+        self.activation = activation
+        self.add_module("linear1", Linear(d_model, d_ff, rng=rng, dtype=dtype))
+        self.add_module("dropout", Dropout(dropout))
+        self.add_module("linear2", Linear(d_ff, d_model, rng=rng, dtype=dtype))
+
+    def forward(self, x, rng=None):
+        act_f, _ = ACTIVATIONS[self.activation]
+        h, c1 = self.linear1.forward(x)                            # (..., F)
+        a, ca = act_f(h)                                           # (..., F)
+        a, cd = self.dropout.forward(a, rng)                       # (..., F)
+        y, c2 = self.linear2.forward(a)                            # (..., E)
+        return y, (c1, ca, cd, c2)
+
+    def backward(self, dy, cache):
+        c1, ca, cd, c2 = cache
+        _, act_b = ACTIVATIONS[self.activation]
+        grads: dict = {}
+        da, g2 = self.linear2.backward(dy, c2)
+        da, _ = self.dropout.backward(da, cd)
+        dh = act_b(da, ca)
+        dx, g1 = self.linear1.backward(dh, c1)
+        add_grads(grads, g1, "linear1")
+        add_grads(grads, g2, "linear2")
+        return dx, grads

@@ -1,0 +1,94 @@
+"""Encoder and decoder stacks: N identical layers, then an optional final LayerNorm
+(pre-LN stacks need it; torch calls it ``norm``).
+
+Dimension legend: B batch, S source positions, T target positions, E model width.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .basic import LayerNorm
+from .layers import DecoderLayer, EncoderLayer
+from .module import Module, ModuleList, add_grads
+
+
+class Encoder(Module):
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, final_norm: bool = False,
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+        super().__init__()
+        rng = rng if rng is not None else np.random.default_rng(0)
+        self.add_module("layers", ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, activation, norm_first, eps, rng, dtype)
+            for _ in range(n_layers)))
+        self.norm = self.add_module("norm", LayerNorm(d_model, eps, dtype)) if final_norm else None
+
+    def forward(self, x, mask=None, bias=None, causal=False, rng=None):
+        """x (B, S, E) -> (y (B, S, E), cache)."""
+        caches = []
+        for layer in self.layers:
+            x, c = layer.forward(x, mask=mask, bias=bias, causal=causal, rng=rng)
+            caches.append(c)
+        cn = None
+        if self.norm is not None:
+            x, cn = self.norm.forward(x)
+        return x, (caches, cn)
+
+    def backward(self, dy, cache):
+        caches, cn = cache
+        grads: dict = {}
+        if self.norm is not None:
+            dy, g = self.norm.backward(dy, cn)
+            add_grads(grads, g, "norm")
+        for i in reversed(range(len(self.layers))):
+            dy, g = self.layers[i].backward(dy, caches[i])
+            add_grads(grads, g, f"layers.{i}")
+        return dy, grads
+
+    @staticmethod
+    def attention_weights(cache) -> list[dict]:
+        """One {'self': (B, H, S, S)} per layer."""
+        return [EncoderLayer.attention_weights(c) for c in cache[0]]
+
+
+class Decoder(Module):
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, final_norm: bool = False,
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+        super().__init__()
+        rng = rng if rng is not None else np.random.default_rng(0)
+        self.add_module("layers", ModuleList(
+            DecoderLayer(d_model, n_heads, d_ff, dropout, activation, norm_first, eps, rng, dtype)
+            for _ in range(n_layers)))
+        self.norm = self.add_module("norm", LayerNorm(d_model, eps, dtype)) if final_norm else None
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None, tgt_bias=None, memory_bias=None,
+                causal=True, rng=None):
+        """x (B, T, E), memory (B, S, E) -> (y (B, T, E), cache)."""
+        caches = []
+        for layer in self.layers:
+            x, c = layer.forward(x, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)
+            caches.append(c)
+        cn = None
+        if self.norm is not None:
+            x, cn = self.norm.forward(x)
+        return x, (caches, cn)
+
+    def backward(self, dy, cache):
+        """Returns (dx, dmemory, grads); dmemory sums every layer's cross-attention gradient."""
+        caches, cn = cache
+        grads: dict = {}
+        if self.norm is not None:
+            dy, g = self.norm.backward(dy, cn)
+            add_grads(grads, g, "norm")
+        dmem = None
+        for i in reversed(range(len(self.layers))):
+            dy, dm, g = self.layers[i].backward(dy, caches[i])
+            dmem = dm if dmem is None else dmem + dm
+            add_grads(grads, g, f"layers.{i}")
+        return dy, dmem, grads
+
+    @staticmethod
+    def attention_weights(cache) -> list[dict]:
+        """One {'self': (B, H, T, T), 'cross': (B, H, T, S)} per layer."""
+        return [DecoderLayer.attention_weights(c) for c in cache[0]]

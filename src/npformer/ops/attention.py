@@ -1,0 +1,82 @@
+"""Scaled dot-product attention, softmax(Q K^T / sqrt(D)) V (paper section 3.2.1).
+
+Dimension legend:
+    ...  any leading batch / head dimensions
+    Tq   query positions,  Tk  key positions
+    D    query/key size,   Dv  value size
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .softmax import softmax_backward, softmax_forward
+
+
+def causal_mask(t_q: int, t_k: int, offset: int = 0) -> np.ndarray:
+    """Boolean (Tq, Tk) mask, True where query i may read key j, i.e. j <= i + offset.
+
+    ``offset=0`` is the top-left alignment of torch's ``is_causal``; a decoder
+    reading a KV cache of ``past`` earlier keys uses ``offset=past``.
+    """
+    return np.tri(t_q, t_k, k=offset, dtype=bool)                # (Tq, Tk)
+
+
+def _sum_to_shape(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """Undo broadcasting: sum ``x`` down to ``shape``."""
+    if x.shape == shape:
+        return x
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+def attention_forward(q, k, v, mask=None, causal=False, bias=None,
+                      dropout_p: float = 0.0, rng: np.random.Generator | None = None,
+                      scale: float | None = None):
+    """Returns (out, weights, cache).
+
+    q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv), weights (..., Tq, Tk).
+    mask: boolean, broadcastable to (..., Tq, Tk); True means "may attend".
+    bias: float, added to the scores before the mask (torch's float ``attn_mask``).
+    A query row whose keys are all masked gets zero weights and a zero output.
+    Dropout (inverted) on the weights only when ``dropout_p > 0``; it needs ``rng``.
+    """
+    d = q.shape[-1]
+    scale = (1.0 / np.sqrt(d)) if scale is None else scale
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))                # (..., Tq, Tk)
+    scores *= q.dtype.type(scale)                                # python float would be fine; keep dtype explicit
+    if bias is not None:
+        scores += bias
+    if causal:
+        cm = causal_mask(q.shape[-2], k.shape[-2])               # (Tq, Tk)
+        mask = cm if mask is None else (mask & cm)
+    if mask is not None:
+        np.copyto(scores, -np.inf, where=~mask)
+    weights, _ = softmax_forward(scores, out=scores)              # (..., Tq, Tk), in place
+    drop = None
+    used = weights
+    if dropout_p > 0.0:
+        if rng is None:
+            raise ValueError("attention dropout needs an explicit rng")
+        keep = rng.random(weights.shape) >= dropout_p            # (..., Tq, Tk)
+        drop = keep.astype(weights.dtype) / weights.dtype.type(1.0 - dropout_p)
+        used = weights * drop
+    out = np.matmul(used, v)                                     # (..., Tq, Dv)
+    cache = (q, k, v, weights, drop, scale)
+    return out, weights, cache
+
+
+def attention_backward(dout: np.ndarray, cache):
+    """Returns (dq, dk, dv) with the shapes of q, k, v."""
+    q, k, v, weights, drop, scale = cache
+    used = weights if drop is None else weights * drop
+    dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
+    dw = np.matmul(dout, np.swapaxes(v, -1, -2))                 # (..., Tq, Tk)
+    if drop is not None:
+        dw *= drop
+    ds = softmax_backward(dw, weights)                           # (..., Tq, Tk)
+    ds *= q.dtype.type(scale)
+    dq = np.matmul(ds, k)                                        # (..., Tq, D)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
+    return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)

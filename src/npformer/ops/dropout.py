@@ -1,0 +1,24 @@
+"""Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p),
+so the expected value is unchanged and inference needs no rescaling."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, training: bool = True):
+    """Returns (y, cache). Identity when not training or p == 0."""
+    if not training or p == 0.0:
+        return x, None
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p must be in [0, 1), got {p}")
+    if rng is None:
+        raise ValueError("dropout in training needs an explicit rng (np.random.Generator)")
+    scale = x.dtype.type(1.0 / (1.0 - p))
+    mask = (rng.random(x.shape, dtype=np.float32) >= p).astype(x.dtype)  # (...)
+    mask *= scale
+    return x * mask, mask
+
+
+def dropout_backward(dy: np.ndarray, cache) -> np.ndarray:
+    mask = cache
+    return dy if mask is None else dy * mask
