@@ -116,3 +116,54 @@ class MultiHeadAttention(Module):
         grads["in_proj_weight"] = np.concatenate([dwq, dwkv], axis=0)
         grads["in_proj_bias"] = np.concatenate([dbq, dbkv], axis=0)
         return dx_q, dx_kv, grads
+
+    # -- torch-style call -------------------------------------------------------------------
+    def __call__(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                 average_attn_weights=True, is_causal=False, *, rng=None):
+        """Called as ``torch.nn.MultiheadAttention(batch_first=True)``, on NumPy arrays.
+
+        query (B, Tq, E) or unbatched (Tq, E); key, value (B, Tk, E) or (Tk, E).
+        Masks in torch's conventions (bool True = NOT allowed, float = added to the scores):
+        attn_mask (Tq, Tk) or (B*H, Tq, Tk); key_padding_mask (B, Tk).
+        Returns (out (B, Tq, E), weights): weights (B, Tq, Tk) averaged over heads,
+        (B, H, Tq, Tk) with ``average_attn_weights=False``, None with ``need_weights=False``.
+        Unlike torch, a query whose keys are all masked gets zeros, not NaN.
+        """
+        from ..interop.conventions import attention_masks, check_input, check_same_batching
+
+        dtype, e = self.dtype, self.d_model
+        q = check_input(query, "query", dtype, e)
+        k = check_input(key, "key", dtype, e)
+        v = check_input(value, "value", dtype, e)
+        check_same_batching(k, "key", q, "query")
+        if k.shape != v.shape:
+            raise ValueError(f"key and value must have the same shape, got {k.shape} and {v.shape}")
+        batched = q.ndim == 3
+        if not batched:
+            q, k, v = q[None], k[None], v[None]                    # (1, T, E)
+        mask, bias = attention_masks(attn_mask, key_padding_mask, batch=q.shape[0], n_heads=self.n_heads,
+                                     t_q=q.shape[1], t_k=k.shape[1], dtype=dtype, batched=batched,
+                                     is_causal=bool(is_causal))
+        if query is key and key is value:                          # self-attention: one projection
+            out, weights, _ = self.forward(q, mask=mask, bias=bias, rng=rng)
+        elif key is value:
+            out, weights, _ = self.forward(q, k, mask=mask, bias=bias, rng=rng)
+        else:                                                      # distinct key and value tensors
+            out, weights = self._attend_qkv(q, k, v, mask, bias, rng)
+        if not batched:
+            out, weights = out[0], weights[0]                      # (Tq, E), (H, Tq, Tk)
+        if not need_weights:
+            return out, None
+        return out, (weights.mean(axis=-3) if average_attn_weights else weights)
+
+    def _attend_qkv(self, x_q, x_k, x_v, mask, bias, rng):
+        """Forward only, for keys and values from different inputs. Returns (out, weights)."""
+        e, h = self.d_model, self.n_heads
+        w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
+        q = split_heads(linear_forward(x_q, w[:e], b[:e])[0], h)                 # (B, H, Tq, D)
+        k = split_heads(linear_forward(x_k, w[e:2 * e], b[e:2 * e])[0], h)       # (B, H, Tk, D)
+        v = split_heads(linear_forward(x_v, w[2 * e:], b[2 * e:])[0], h)         # (B, H, Tk, D)
+        p = self.dropout if self.training else 0.0
+        heads, weights, _ = attention_forward(q, k, v, mask=mask, bias=bias, dropout_p=p, rng=rng)
+        out, _ = self.out_proj.forward(merge_heads(heads))         # (B, Tq, E)
+        return out, weights

@@ -98,6 +98,25 @@ class EncoderLayer(Module):
         """{'self': (B, H, S, S)} from a forward cache."""
         return cache[2]
 
+    def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, rng=None):
+        """Called as ``torch.nn.TransformerEncoderLayer(batch_first=True)``, on NumPy arrays.
+
+        src (B, S, E) or unbatched (S, E) -> (B, S, E) or (S, E). Masks in torch's conventions
+        (bool True = NOT allowed, float = added): src_mask (S, S) or (B*H, S, S),
+        src_key_padding_mask (B, S). ``is_causal`` applies the causal mask.
+        """
+        from ..interop.conventions import attention_masks, check_input
+
+        x = check_input(src, "src", self.dtype, self.self_attn.d_model)
+        batched = x.ndim == 3
+        x = x if batched else x[None]                              # (B, S, E)
+        b, s, _ = x.shape
+        mask, bias = attention_masks(src_mask, src_key_padding_mask, batch=b, n_heads=self.self_attn.n_heads,
+                                     t_q=s, t_k=s, dtype=x.dtype, batched=batched, is_causal=bool(is_causal),
+                                     names=("src_mask", "src_key_padding_mask"))
+        y, _ = self.forward(x, mask=mask, bias=bias, causal=False, rng=rng)
+        return y if batched else y[0]
+
 
 class DecoderLayer(Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
@@ -165,3 +184,40 @@ class DecoderLayer(Module):
     def attention_weights(cache) -> dict:
         """{'self': (B, H, T, T), 'cross': (B, H, T, S)} from a forward cache."""
         return cache[3]
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False, *, rng=None):
+        """Called as ``torch.nn.TransformerDecoderLayer(batch_first=True)``, on NumPy arrays.
+
+        tgt (B, T, E), memory (B, S, E), or both unbatched -> (B, T, E) or (T, E).
+        Masks in torch's conventions (bool True = NOT allowed, float = added): tgt_mask (T, T) or
+        (B*H, T, T), memory_mask (T, S) or (B*H, T, S), key padding masks (B, T) and (B, S).
+        As in torch, self-attention is causal only when asked (``tgt_is_causal`` or ``tgt_mask``).
+        """
+        from ..interop.conventions import check_input, check_same_batching
+
+        e = self.self_attn.d_model
+        x = check_input(tgt, "tgt", self.dtype, e)
+        mem = check_input(memory, "memory", self.dtype, e)
+        check_same_batching(mem, "memory", x, "tgt")
+        batched = x.ndim == 3
+        x, mem = (x, mem) if batched else (x[None], mem[None])     # (B, T, E), (B, S, E)
+        kw = _decoder_masks(self.self_attn.n_heads, x, mem, batched, tgt_mask, memory_mask,
+                            tgt_key_padding_mask, memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        y, _ = self.forward(x, mem, causal=False, rng=rng, **kw)
+        return y if batched else y[0]
+
+
+def _decoder_masks(n_heads, x, mem, batched, tgt_mask, memory_mask, tgt_key_padding_mask,
+                   memory_key_padding_mask, tgt_is_causal, memory_is_causal) -> dict:
+    """torch's decoder masks -> DecoderLayer.forward's tgt_mask/tgt_bias/memory_mask/memory_bias."""
+    from ..interop.conventions import attention_masks
+
+    (b, t, _), s = x.shape, mem.shape[1]
+    tm, tb = attention_masks(tgt_mask, tgt_key_padding_mask, batch=b, n_heads=n_heads, t_q=t, t_k=t,
+                             dtype=x.dtype, batched=batched, is_causal=bool(tgt_is_causal),
+                             names=("tgt_mask", "tgt_key_padding_mask"))
+    mm, mb = attention_masks(memory_mask, memory_key_padding_mask, batch=b, n_heads=n_heads, t_q=t, t_k=s,
+                             dtype=x.dtype, batched=batched, is_causal=bool(memory_is_causal),
+                             names=("memory_mask", "memory_key_padding_mask"))
+    return {"tgt_mask": tm, "tgt_bias": tb, "memory_mask": mm, "memory_bias": mb}

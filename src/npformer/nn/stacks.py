@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .basic import LayerNorm
-from .layers import DecoderLayer, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer, _decoder_masks
 from .module import Module, ModuleList, add_grads
 
 
@@ -49,6 +49,27 @@ class Encoder(Module):
     def attention_weights(cache) -> list[dict]:
         """One {'self': (B, H, S, S)} per layer."""
         return [EncoderLayer.attention_weights(c) for c in cache[0]]
+
+    def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, rng=None):
+        """Called as ``torch.nn.TransformerEncoder`` (batch-first layers), on NumPy arrays.
+
+        src (B, S, E) or unbatched (S, E) -> same shape. Masks in torch's conventions
+        (bool True = NOT allowed, float = added): mask (S, S) or (B*H, S, S),
+        src_key_padding_mask (B, S). ``is_causal=True`` applies the causal mask.
+        Padded positions get their full value (torch's nested-tensor fast path zeroes them).
+        """
+        from ..interop.conventions import attention_masks, check_input
+
+        e, h = _width_heads(self)
+        x = check_input(src, "src", self.dtype, e)
+        batched = x.ndim == 3
+        x = x if batched else x[None]                              # (B, S, E)
+        b, s, _ = x.shape
+        m, bias = attention_masks(mask, src_key_padding_mask, batch=b, n_heads=h, t_q=s, t_k=s,
+                                  dtype=x.dtype, batched=batched, is_causal=bool(is_causal),
+                                  names=("mask", "src_key_padding_mask"))
+        y, _ = self.forward(x, mask=m, bias=bias, causal=False, rng=rng)
+        return y if batched else y[0]
 
 
 class Decoder(Module):
@@ -92,3 +113,31 @@ class Decoder(Module):
     def attention_weights(cache) -> list[dict]:
         """One {'self': (B, H, T, T), 'cross': (B, H, T, S)} per layer."""
         return [DecoderLayer.attention_weights(c) for c in cache[0]]
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False, *, rng=None):
+        """Called as ``torch.nn.TransformerDecoder`` (batch-first layers), on NumPy arrays.
+
+        tgt (B, T, E), memory (B, S, E), or both unbatched -> (B, T, E) or (T, E). Masks as in
+        ``DecoderLayer.__call__``; self-attention is causal only when asked, as in torch.
+        """
+        from ..interop.conventions import check_input, check_same_batching
+
+        e, h = _width_heads(self)
+        x = check_input(tgt, "tgt", self.dtype, e)
+        mem = check_input(memory, "memory", self.dtype, e)
+        check_same_batching(mem, "memory", x, "tgt")
+        batched = x.ndim == 3
+        x, mem = (x, mem) if batched else (x[None], mem[None])     # (B, T, E), (B, S, E)
+        kw = _decoder_masks(h, x, mem, batched, tgt_mask, memory_mask, tgt_key_padding_mask,
+                            memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        y, _ = self.forward(x, mem, causal=False, rng=rng, **kw)
+        return y if batched else y[0]
+
+
+def _width_heads(stack) -> tuple[int, int]:
+    """(d_model, n_heads) of a stack, read from its first layer."""
+    if len(stack.layers) == 0:
+        raise ValueError(f"{type(stack).__name__} has no layers to call")
+    attn = stack.layers[0].self_attn
+    return attn.d_model, attn.n_heads

@@ -1,0 +1,104 @@
+"""The encoder-decoder stack without embeddings: npformer's ``torch.nn.Transformer``.
+
+    memory = Encoder(src);  out = Decoder(tgt, memory)
+
+Children ``encoder`` and ``decoder`` give torch's state-dict keys
+(``encoder.layers.0.self_attn.in_proj_weight``, ``decoder.norm.weight``), apart from the FFN,
+which lives under ``ffn.`` (``encoder.layers.0.ffn.linear1.weight``; torch: ``linear1``).
+As in torch, both stacks end in a LayerNorm by default (``final_norm=True``).
+
+Dimension legend: B batch, S source positions, T target positions, E model width.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, add_grads
+from .stacks import Decoder, Encoder
+
+
+class TransformerStack(Module):
+    def __init__(self, d_model: int = 512, n_heads: int = 8, n_encoder_layers: int = 6,
+                 n_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
+                 activation: str = "relu", norm_first: bool = False, final_norm: bool = True,
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+        super().__init__()
+        rng = rng if rng is not None else np.random.default_rng(0)
+        self.add_module("encoder", Encoder(n_encoder_layers, d_model, n_heads, d_ff, dropout, activation,
+                                           norm_first, final_norm, eps, rng, dtype))
+        self.add_module("decoder", Decoder(n_decoder_layers, d_model, n_heads, d_ff, dropout, activation,
+                                           norm_first, final_norm, eps, rng, dtype))
+
+    @classmethod
+    def from_stacks(cls, encoder: Encoder, decoder: Decoder) -> "TransformerStack":
+        """Wrap an existing encoder and decoder (their arrays are shared, not copied)."""
+        if not isinstance(encoder, Encoder) or not isinstance(decoder, Decoder):
+            raise TypeError(f"from_stacks needs an npformer Encoder and Decoder, got "
+                            f"{type(encoder).__name__} and {type(decoder).__name__}")
+        stack = cls.__new__(cls)
+        Module.__init__(stack)
+        stack.add_module("encoder", encoder)
+        stack.add_module("decoder", decoder)
+        return stack
+
+    @staticmethod
+    def generate_square_subsequent_mask(size: int, dtype=np.float32) -> np.ndarray:
+        """torch's float causal mask (size, size): 0 where j <= i, -inf above the diagonal."""
+        return np.where(np.tri(size, dtype=bool), 0.0, -np.inf).astype(dtype)  # (T, T)
+
+    # -- op pair (npformer's conventions: bool masks True = may attend) ------------------------
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_bias=None,
+                tgt_bias=None, memory_bias=None, causal: bool = True, rng=None):
+        """src (B, S, E), tgt (B, T, E) -> (out (B, T, E), cache).
+
+        src_mask: encoder self-attention (e.g. source padding, (B, 1, 1, S)); memory_mask:
+        cross-attention (usually the same source padding); tgt_mask: decoder self-attention.
+        ``causal`` makes the decoder's self-attention causal (npformer's default, unlike torch).
+        """
+        memory, c_enc = self.encoder.forward(src, mask=src_mask, bias=src_bias, rng=rng)   # (B, S, E)
+        out, c_dec = self.decoder.forward(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias,
+                                          causal, rng)                                     # (B, T, E)
+        return out, (c_enc, c_dec)
+
+    def backward(self, dout, cache):
+        """Returns (dsrc, dtgt, grads); the memory's gradient flows from every cross-attention
+        back into the encoder."""
+        c_enc, c_dec = cache
+        grads: dict = {}
+        dtgt, dmemory, g = self.decoder.backward(dout, c_dec)
+        add_grads(grads, g, "decoder")
+        dsrc, g = self.encoder.backward(dmemory, c_enc)
+        add_grads(grads, g, "encoder")
+        return dsrc, dtgt, grads
+
+    def attention_weights(self, cache) -> dict:
+        """{'encoder': [{'self'} per layer], 'decoder': [{'self', 'cross'} per layer]}."""
+        c_enc, c_dec = cache
+        return {"encoder": Encoder.attention_weights(c_enc), "decoder": Decoder.attention_weights(c_dec)}
+
+    # -- torch-style call -----------------------------------------------------------------------
+    def __call__(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                 tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None,
+                 tgt_is_causal=None, memory_is_causal=False, *, rng=None):
+        """Called as ``torch.nn.Transformer(batch_first=True)``, on NumPy arrays.
+
+        src (B, S, E), tgt (B, T, E), or both unbatched (S, E), (T, E) -> (B, T, E) or (T, E).
+        Masks in torch's conventions (bool True = NOT allowed, float = added): src_mask (S, S),
+        tgt_mask (T, T), memory_mask (T, S), each also (B*H, ., .); key padding masks (B, S),
+        (B, T) and (B, S). As in torch, the target is causal only when asked: pass
+        ``tgt_mask=TransformerStack.generate_square_subsequent_mask(T)`` or ``tgt_is_causal=True``.
+        """
+        from ..interop.conventions import check_input, check_same_batching
+
+        e = self.encoder.layers[0].self_attn.d_model if len(self.encoder.layers) else None
+        if e is None:
+            raise ValueError("TransformerStack has no encoder layers to call")
+        x_src = check_input(src, "src", self.dtype, e)
+        x_tgt = check_input(tgt, "tgt", self.dtype, e)
+        check_same_batching(x_src, "src", x_tgt, "tgt")
+        memory = self.encoder(x_src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal, rng=rng)                            # (B, S, E)
+        return self.decoder(x_tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal, rng=rng)
