@@ -1,0 +1,152 @@
+"""The shared base of every model config: a dataclass that saves and loads as JSON,
+with small helpers that check invariants up front and name the offending values.
+
+A config subclass is a ``@dataclass`` whose fields are plain JSON values (ints,
+floats, strings, bools, None) and whose ``__post_init__`` calls the checks below.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+
+class Config:
+    """Mixin for dataclass configs: ``to_dict``/``from_dict`` and ``save_json``/``load_json``."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        if not isinstance(d, dict):
+            raise TypeError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no fields {unknown}; known fields: {sorted(names)}")
+        return cls(**d)
+
+    def save_json(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
+
+    @classmethod
+    def load_json(cls, path: str | os.PathLike):
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+# -- invariant checks (each raises ValueError/TypeError naming the field and its value) --------
+
+def check_int(name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_float(name: str, value, low: float, high: float, high_inclusive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    ok = low <= value <= high if high_inclusive else low <= value < high
+    if not ok:
+        bracket = "]" if high_inclusive else ")"
+        raise ValueError(f"{name} must be in [{low}, {high}{bracket}, got {value}")
+
+
+def check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_bool(name: str, value, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, bool):
+        want = "a bool or None" if allow_none else "a bool"
+        raise TypeError(f"{name} must be {want}, got {value!r}")
+
+
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Multi-head attention splits d_model into n_heads equal slices (paper 3.2.2)."""
+    if d_model % n_heads != 0:
+        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads}); "
+                         f"{d_model} / {n_heads} = {d_model / n_heads:g}")
+
+
+def check_pad_id(pad_id, vocab_size: int, name: str = "pad_id", allow_none: bool = False) -> None:
+    """pad_id is a token id in [0, vocab_size), or -1 (no padding) where allowed."""
+    if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {pad_id!r}")
+    if allow_none and pad_id == -1:
+        return
+    if not 0 <= pad_id < vocab_size:
+        extra = " or -1 for none" if allow_none else ""
+        raise ValueError(f"{name} must be in [0, {vocab_size}){extra}, got {pad_id}")
+
+
+# -- public-boundary input checks (run once per public call, never inside the passes) -----------
+
+def check_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
+              positional: str = "learned", allow=None) -> np.ndarray:
+    """Return ``ids`` as a (B, T) integer array, or raise naming ``name`` and the bad values.
+
+    ``allow`` is one extra value that may appear besides [0, vocab_size) (an ignore index)."""
+    ids = np.asarray(ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype} with shape {ids.shape}")
+    if ids.ndim != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got shape {ids.shape}")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"{name} must hold at least one sequence of at least one token, got shape {ids.shape}")
+    real = ids if allow is None else ids[ids != allow]
+    if real.size and (real.min() < 0 or real.max() >= vocab_size):
+        also = "" if allow is None else f" (or {allow}, ignored)"
+        raise ValueError(f"{name} holds ids outside the vocabulary [0, {vocab_size}){also}: "
+                         f"min {real.min()}, max {real.max()}, vocab_size {vocab_size}")
+    if max_len is not None and ids.shape[1] > max_len:
+        raise ValueError(f"{name} has {ids.shape[1]} positions, longer than the {positional} "
+                         f"positions the model has (max_len {max_len})")
+    return ids
+
+
+def check_same_batch(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"{name_a} and {name_b} must have the same batch size, "
+                         f"got {a.shape[0]} ({name_a} {a.shape}) and {b.shape[0]} ({name_b} {b.shape})")
+
+
+def check_mask(mask, name: str, full_shape: tuple) -> np.ndarray:
+    """A boolean mask (True = may attend) that broadcasts to ``full_shape`` (B, H, Tq, Tk)."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"{name} must be boolean (True = may attend), got dtype {mask.dtype} with shape {mask.shape}")
+    try:
+        ok = mask.ndim <= len(full_shape) and np.broadcast_shapes(mask.shape, full_shape) == tuple(full_shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} of shape {mask.shape} does not broadcast to (B, H, Tq, Tk) = {tuple(full_shape)}")
+    return mask
+
+
+def check_rng(module, rng, dropout: float) -> None:
+    """Training with dropout draws random masks: the caller passes the generator explicitly."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+    if rng is None and module.training and dropout > 0:
+        raise ValueError(f"the model is in training mode with dropout {dropout}: pass rng="
+                         "np.random.default_rng(seed), or call .eval() for inference")
+
+
+def make_rng(rng) -> np.random.Generator:
+    """A Generator from a Generator or an int seed."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise TypeError(f"rng must be a numpy.random.Generator or an int seed, got {type(rng).__name__}")

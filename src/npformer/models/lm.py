@@ -1,0 +1,138 @@
+"""A decoder-only language model (GPT-style): the Transformer's decoder without cross-attention.
+
+    x      = dropout(E[ids] * sqrt(d) + P)
+    h      = blocks(x)          N self-attention + FFN layers, causal: position t reads 0..t
+    logits = h W_out^T,  W_out = E when tied (paper 3.4)
+
+A decoder block with no encoder to read is an encoder layer with a causal mask, so
+the blocks are an ``npformer.nn.Encoder`` named ``blocks`` called with ``causal=True``.
+
+Dimension legend: B batch, T positions, E model width, V vocabulary, H heads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
+from ..ops import linear_backward, linear_forward
+from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
+                     check_pad_id, check_rng, make_rng)
+from .transformer import sequence_loss
+
+
+@dataclass
+class DecoderLMConfig(Config):
+    vocab_size: int                    # tokens V
+    d_model: int = 256                 # model width E
+    n_heads: int = 4                   # attention heads H
+    d_ff: int = 1024                   # inner width of the FFN
+    n_layers: int = 4                  # number of blocks
+    max_len: int = 256                 # context length the positional table holds
+    dropout: float = 0.1               # embedding sum, sub-layer outputs, attention weights, FFN inner
+    positional: str = "learned"        # "learned" (GPT) or "sinusoidal" (paper 3.5)
+    activation: str = "gelu"           # FFN activation: "gelu" or "relu"
+    norm_first: bool = True            # pre-LN (GPT-2 style); False: post-LN
+    final_norm: bool | None = None     # LayerNorm after the last block; None -> same as norm_first
+    tie_output: bool = True            # pre-softmax projection = token embedding table
+    pad_id: int = -1                   # padding token hidden as a key and ignored by the loss; -1: none
+    eps: float = 1e-5                  # LayerNorm epsilon
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            check_int(name, getattr(self, name))
+        check_heads(self.d_model, self.n_heads)
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        check_float("eps", self.eps, 0.0, 1.0)
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+        check_choice("positional", self.positional, ("learned", "sinusoidal"))
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_bool("norm_first", self.norm_first)
+        check_bool("tie_output", self.tie_output)
+        check_bool("final_norm", self.final_norm, allow_none=True)
+        check_pad_id(self.pad_id, self.vocab_size, allow_none=True)
+
+    @property
+    def use_final_norm(self) -> bool:
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+
+class DecoderLM(Module):
+    """Causal language model: predicts token t + 1 from tokens 0..t."""
+
+    def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+        super().__init__()
+        if not isinstance(config, DecoderLMConfig):
+            raise TypeError(f"config must be a DecoderLMConfig, got {type(config).__name__}")
+        self.config = c = config
+        rng = make_rng(rng)
+        self.add_module("embed", Embeddings(c.vocab_size, c.d_model, c.max_len, c.positional, scale=True,
+                                            dropout=c.dropout, rng=rng, dtype=dtype))
+        self.add_module("blocks", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
+                                          c.norm_first, c.use_final_norm, c.eps, rng, dtype))
+        if not c.tie_output:
+            self.add_module("generator", Linear(c.d_model, c.vocab_size, rng=rng, dtype=dtype))
+
+    # -- public boundary ------------------------------------------------------------------------
+    def check_inputs(self, ids, rng=None, name: str = "ids") -> np.ndarray:
+        """Validate ids (integer, (B, T), inside the vocabulary, T <= max_len) and the rng."""
+        c = self.config
+        check_rng(self, rng, c.dropout)
+        return check_ids(ids, name, c.vocab_size, c.max_len, c.positional)
+
+    def forward(self, ids, rng=None):
+        """ids (B, T) int -> (logits (B, T, V), cache)."""
+        return self._forward(self.check_inputs(ids, rng), rng)
+
+    def loss(self, ids_in, ids_out, label_smoothing: float = 0.0, rng=None):
+        """Next-token cross-entropy (targets equal to pad_id ignored) and its gradients.
+        ids_out is ids_in shifted left by one. Returns (loss float, grads)."""
+        ids_in = self.check_inputs(ids_in, rng, "ids_in")
+        ids_out = check_ids(ids_out, "ids_out", self.config.vocab_size, allow=self.config.pad_id)
+        if ids_out.shape != ids_in.shape:
+            raise ValueError(f"ids_in and ids_out must have the same shape, got {ids_in.shape} and {ids_out.shape}")
+        logits, cache = self._forward(ids_in, rng)                          # (B, T, V)
+        loss, dlogits = sequence_loss(logits, ids_out, self.config.pad_id, label_smoothing, "ids_out")
+        return loss, self.backward(dlogits, cache)
+
+    # -- passes ---------------------------------------------------------------------------------
+    def _forward(self, ids, rng):
+        keys = padding_mask(ids, self.config.pad_id) if self.config.pad_id >= 0 else None  # (B, 1, 1, T)
+        x, c_emb = self.embed.forward(ids, rng)                             # (B, T, E)
+        h, c_blocks = self.blocks.forward(x, mask=keys, causal=True, rng=rng)  # (B, T, E)
+        logits, c_out = self.project_output(h)                              # (B, T, V)
+        return logits, (c_emb, c_blocks, c_out)
+
+    def project_output(self, h: np.ndarray):
+        """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
+        if self.config.tie_output:
+            return linear_forward(h, self.embed.tok.params["weight"])        # (..., V) = h E^T
+        return self.generator.forward(h)                                    # (..., V)
+
+    def backward(self, dlogits: np.ndarray, cache) -> dict:
+        """dlogits (B, T, V) -> grads, one entry per state_dict() key."""
+        return self.backward_with_inputs(dlogits, cache)[0]
+
+    def backward_with_inputs(self, dlogits: np.ndarray, cache):
+        """Returns (grads, {"embeddings": d loss / d embedding output (B, T, E)})."""
+        c_emb, c_blocks, c_out = cache
+        grads: dict = {}
+        if self.config.tie_output:
+            dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
+        else:
+            dh, g_gen = self.generator.backward(dlogits, c_out)
+            add_grads(grads, g_gen, "generator")
+        dx, g_blocks = self.blocks.backward(dh, c_blocks)                   # (B, T, E)
+        add_grads(grads, g_blocks, "blocks")
+        _, g_emb = self.embed.backward(dx, c_emb)
+        add_grads(grads, g_emb, "embed")
+        if self.config.tie_output:
+            # tied weights: the projection's gradient is ADDED to the embedding table's
+            grads["embed.tok.weight"] = grads["embed.tok.weight"] + dw_out
+        return grads, {"embeddings": dx}
+
+    def attention_weights(self, cache) -> list[dict]:
+        """One {"self": (B, H, T, T)} per block."""
+        return self.blocks.attention_weights(cache[1])

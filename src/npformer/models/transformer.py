@@ -1,0 +1,235 @@
+"""The Transformer of "Attention Is All You Need": an encoder-decoder for sequence to sequence.
+
+    memory = Encoder(dropout(E_src[src] * sqrt(d) + PE))                  (paper 3.1, 3.4, 3.5)
+    h      = Decoder(dropout(E_tgt[tgt] * sqrt(d) + PE), memory)          causal self-attention
+    logits = h W_out^T,  W_out = E_tgt when the weights are tied           (paper 3.4)
+
+Masks come from ``pad_id``: padded source positions are hidden from the encoder's
+self-attention and the decoder's cross-attention; the decoder's self-attention is
+causal and hides padded target positions as keys.
+
+Dimension legend: B batch, S source positions, T target positions, E model width,
+V target vocabulary, H heads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads, padding_mask
+from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
+from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
+                     check_mask, check_pad_id, check_rng, check_same_batch, make_rng)
+
+
+@dataclass
+class TransformerConfig(Config):
+    src_vocab_size: int = 37000        # source vocabulary (the paper's shared BPE vocabulary: 37,000)
+    tgt_vocab_size: int = 37000        # target vocabulary
+    d_model: int = 512                 # model width E (paper base: 512)
+    n_heads: int = 8                   # attention heads H; d_model / n_heads per head
+    d_ff: int = 2048                   # inner width of the position-wise FFN
+    n_encoder_layers: int = 6          # N on the encoder side
+    n_decoder_layers: int = 6          # N on the decoder side
+    dropout: float = 0.1               # P_drop: embedding sums, sub-layer outputs (+ attention, FFN inner)
+    max_len: int = 512                 # longest sequence the positional table holds
+    positional: str = "sinusoidal"     # "sinusoidal" (paper 3.5) or "learned"
+    activation: str = "relu"           # FFN activation: "relu" (paper) or "gelu"
+    norm_first: bool = False           # False: post-LN (paper); True: pre-LN
+    final_norm: bool | None = None     # LayerNorm after each stack; None -> same as norm_first
+    share_embeddings: bool = True      # one embedding table for source and target (needs equal vocabs)
+    tie_output: bool = True            # pre-softmax projection = target embedding table (paper 3.4)
+    pad_id: int = 0                    # padding token: masked in attention, ignored by the loss
+    eps: float = 1e-5                  # LayerNorm epsilon
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            check_int(name, getattr(self, name))
+        check_int("n_encoder_layers", self.n_encoder_layers, minimum=0)
+        check_int("n_decoder_layers", self.n_decoder_layers, minimum=1)
+        check_heads(self.d_model, self.n_heads)
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        check_float("eps", self.eps, 0.0, 1.0)
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        for name in ("norm_first", "share_embeddings", "tie_output"):
+            check_bool(name, getattr(self, name))
+        check_bool("final_norm", self.final_norm, allow_none=True)
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError("share_embeddings needs one vocabulary for source and target, got "
+                             f"src_vocab_size {self.src_vocab_size} and tgt_vocab_size {self.tgt_vocab_size}")
+        check_pad_id(self.pad_id, min(self.src_vocab_size, self.tgt_vocab_size))
+
+    @property
+    def use_final_norm(self) -> bool:
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+
+def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,
+                  name: str = "targets"):
+    """Mean token cross-entropy over the rows whose target is not ``ignore_index``.
+
+    logits (..., C), targets (...) int -> (loss float, dlogits (..., C))."""
+    check_float("label_smoothing", label_smoothing, 0.0, 1.0)
+    c = logits.shape[-1]
+    flat, cache = cross_entropy_forward(logits.reshape(-1, c), targets.reshape(-1),
+                                        ignore_index=ignore_index, label_smoothing=float(label_smoothing))
+    if cache[3] == 0:
+        raise ValueError(f"{name} holds only ignored positions (ignore index {ignore_index}): nothing to score")
+    dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
+    return float(flat), dlogits
+
+
+class Transformer(Module):
+    """Encoder-decoder Transformer. ``Transformer(TransformerConfig())`` is the paper's base model."""
+
+    def __init__(self, config: TransformerConfig | None = None, rng: np.random.Generator | int = 0,
+                 dtype=np.float32) -> None:
+        super().__init__()
+        config = TransformerConfig() if config is None else config
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = c = config
+        rng = make_rng(rng)
+
+        def embeddings(vocab_size: int) -> Embeddings:
+            return Embeddings(vocab_size, c.d_model, c.max_len, c.positional, scale=True,
+                              dropout=c.dropout, rng=rng, dtype=dtype)
+
+        if c.share_embeddings:
+            self.add_module("embed", embeddings(c.src_vocab_size))
+            self._src_name = self._tgt_name = "embed"
+        else:
+            self.add_module("src_embed", embeddings(c.src_vocab_size))
+            self.add_module("tgt_embed", embeddings(c.tgt_vocab_size))
+            self._src_name, self._tgt_name = "src_embed", "tgt_embed"
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first, c.use_final_norm,
+                      c.eps, rng, dtype)
+        self.add_module("encoder", Encoder(c.n_encoder_layers, *layer_args))
+        self.add_module("decoder", Decoder(c.n_decoder_layers, *layer_args))
+        if not c.tie_output:
+            self.add_module("generator", Linear(c.d_model, c.tgt_vocab_size, rng=rng, dtype=dtype))
+
+    @property
+    def src_embedding(self) -> Embeddings:
+        return self._children[self._src_name]
+
+    @property
+    def tgt_embedding(self) -> Embeddings:
+        return self._children[self._tgt_name]
+
+    # -- public boundary ------------------------------------------------------------------------
+    def check_inputs(self, src_ids=None, tgt_ids=None, rng=None):
+        """Validate token ids (integer, (B, L), inside the vocabulary, not longer than max_len),
+        equal batch sizes and the rng; returns the ids as arrays."""
+        c = self.config
+        check_rng(self, rng, c.dropout)
+        if src_ids is not None:
+            src_ids = check_ids(src_ids, "src_ids", c.src_vocab_size, c.max_len, c.positional)
+        if tgt_ids is not None:
+            tgt_ids = check_ids(tgt_ids, "tgt_ids", c.tgt_vocab_size, c.max_len, c.positional)
+        if src_ids is not None and tgt_ids is not None:
+            check_same_batch(src_ids, tgt_ids, "src_ids", "tgt_ids")
+        return src_ids, tgt_ids
+
+    def forward(self, src_ids, tgt_ids, rng=None):
+        """src_ids (B, S) int, tgt_ids (B, T) int -> (logits (B, T, V), cache)."""
+        src_ids, tgt_ids = self.check_inputs(src_ids, tgt_ids, rng)
+        return self._forward(src_ids, tgt_ids, rng)
+
+    def encode(self, src_ids, rng=None):
+        """src_ids (B, S) -> (memory (B, S, E), src_mask (B, 1, 1, S) bool, cache)."""
+        src_ids, _ = self.check_inputs(src_ids, None, rng)
+        return self._encode(src_ids, rng)
+
+    def decode(self, tgt_ids, memory, src_mask, rng=None):
+        """tgt_ids (B, T), memory (B, S, E), src_mask bool broadcastable to (B, H, T, S)
+        -> (logits (B, T, V), cache)."""
+        _, tgt_ids = self.check_inputs(None, tgt_ids, rng)
+        if not isinstance(memory, np.ndarray) or memory.dtype != self.dtype:
+            got = memory.dtype if isinstance(memory, np.ndarray) else type(memory).__name__
+            raise TypeError(f"memory must be a numpy array of the model's dtype {self.dtype}, got {got}")
+        b, t = tgt_ids.shape
+        if memory.ndim != 3 or memory.shape[0] != b or memory.shape[2] != self.config.d_model:
+            raise ValueError(f"memory must have shape (B={b}, S, E={self.config.d_model}), got {memory.shape}")
+        src_mask = check_mask(src_mask, "src_mask", (b, self.config.n_heads, t, memory.shape[1]))
+        return self._decode(tgt_ids, memory, src_mask, rng)
+
+    def loss(self, src_ids, tgt_in, tgt_out, label_smoothing: float = 0.0, rng=None):
+        """Forward, token cross-entropy (pad_id ignored, optional label smoothing) and backward.
+
+        tgt_in is the decoder input (starts with BOS), tgt_out the same sequence shifted left.
+        Returns (loss float, grads dict keyed like state_dict())."""
+        src_ids, tgt_in = self.check_inputs(src_ids, tgt_in, rng)
+        tgt_out = check_ids(tgt_out, "tgt_out", self.config.tgt_vocab_size)
+        if tgt_out.shape != tgt_in.shape:
+            raise ValueError(f"tgt_in and tgt_out must have the same shape, got {tgt_in.shape} and {tgt_out.shape}")
+        logits, cache = self._forward(src_ids, tgt_in, rng)                  # (B, T, V)
+        loss, dlogits = sequence_loss(logits, tgt_out, self.config.pad_id, label_smoothing, "tgt_out")
+        return loss, self.backward(dlogits, cache)
+
+    # -- forward pieces -------------------------------------------------------------------------
+    def _forward(self, src_ids, tgt_ids, rng):
+        memory, src_mask, enc_cache = self._encode(src_ids, rng)              # (B, S, E)
+        logits, dec_cache = self._decode(tgt_ids, memory, src_mask, rng)      # (B, T, V)
+        return logits, (enc_cache, dec_cache)
+
+    def _encode(self, src_ids, rng):
+        src_mask = padding_mask(src_ids, self.config.pad_id)                # (B, 1, 1, S)
+        x, c_emb = self.src_embedding.forward(src_ids, rng)                  # (B, S, E)
+        memory, c_enc = self.encoder.forward(x, mask=src_mask, rng=rng)     # (B, S, E)
+        return memory, src_mask, (c_emb, c_enc)
+
+    def _decode(self, tgt_ids, memory, src_mask, rng):
+        tgt_keys = padding_mask(tgt_ids, self.config.pad_id)                # (B, 1, 1, T); causal added inside
+        y, c_emb = self.tgt_embedding.forward(tgt_ids, rng)                  # (B, T, E)
+        h, c_dec = self.decoder.forward(y, memory, tgt_mask=tgt_keys, memory_mask=src_mask,
+                                        causal=True, rng=rng)               # (B, T, E)
+        logits, c_out = self.project_output(h)                              # (B, T, V)
+        return logits, (c_emb, c_dec, c_out)
+
+    def project_output(self, h: np.ndarray):
+        """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
+        if self.config.tie_output:
+            return linear_forward(h, self.tgt_embedding.tok.params["weight"])  # (..., V) = h E^T
+        return self.generator.forward(h)                                    # (..., V)
+
+    # -- backward -------------------------------------------------------------------------------
+    def backward(self, dlogits: np.ndarray, cache) -> dict:
+        """dlogits (B, T, V) -> grads, one entry per state_dict() key with the same shape."""
+        return self.backward_with_inputs(dlogits, cache)[0]
+
+    def backward_with_inputs(self, dlogits: np.ndarray, cache):
+        """Returns (grads, dinputs). The ids have no gradient; dinputs holds the gradients of
+        the loss with respect to the embedding layers' outputs, ``src_embeddings`` (B, S, E) and
+        ``tgt_embeddings`` (B, T, E), and to the encoder output ``memory`` (B, S, E)."""
+        (c_src_emb, c_enc), (c_tgt_emb, c_dec, c_out) = cache
+        grads: dict = {}
+        if self.config.tie_output:
+            dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
+        else:
+            dh, g_gen = self.generator.backward(dlogits, c_out)
+            add_grads(grads, g_gen, "generator")
+        dy, dmemory, g_dec = self.decoder.backward(dh, c_dec)               # (B, T, E), (B, S, E)
+        add_grads(grads, g_dec, "decoder")
+        dx, g_enc = self.encoder.backward(dmemory, c_enc)                   # (B, S, E)
+        add_grads(grads, g_enc, "encoder")
+        _, g_tgt = self.tgt_embedding.backward(dy, c_tgt_emb)
+        add_grads(grads, g_tgt, self._tgt_name)
+        _, g_src = self.src_embedding.backward(dx, c_src_emb)
+        add_grads(grads, g_src, self._src_name)      # shared embeddings: summed with the target's
+        if self.config.tie_output:
+            # tied weights (paper 3.4): the projection's gradient is ADDED to the embedding table's
+            grads[f"{self._tgt_name}.tok.weight"] = grads[f"{self._tgt_name}.tok.weight"] + dw_out
+        return grads, {"src_embeddings": dx, "tgt_embeddings": dy, "memory": dmemory}
+
+    # -- inspection -----------------------------------------------------------------------------
+    def attention_weights(self, cache) -> dict:
+        """{"encoder": [{"self": (B, H, S, S)}] per layer,
+            "decoder": [{"self": (B, H, T, T), "cross": (B, H, T, S)}] per layer}."""
+        (_, c_enc), (_, c_dec, _) = cache
+        return {"encoder": self.encoder.attention_weights(c_enc),
+                "decoder": self.decoder.attention_weights(c_dec)}
