@@ -1,0 +1,232 @@
+"""A key/value cache for autoregressive decoding, and incremental decoder steps that use it.
+
+Without a cache, producing token t means running the decoder over all t earlier tokens again,
+so n tokens cost O(n^2) position-forwards. With causal self-attention, the keys and values of
+past positions never change once computed; keeping them turns each step into one position's
+forward plus one attention row over the stored keys:
+
+    step(new ids) : embed at position offset p -> per layer:
+                    q, k, v = proj(new)          (only the new positions)
+                    K[:, :, p:p+t], V[...] = k, v     (written in place, no concatenation)
+                    attend q over K[:, :, :p+t], V[:, :, :p+t]
+
+The encoder-decoder also caches each decoder layer's cross-attention keys and values of the
+encoder memory (``MultiHeadAttention.project_kv``): the memory is fixed for the whole decode.
+
+Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
+D head size, E model width, S source positions, t new positions, V vocabulary.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..models.config import check_ids
+from ..nn.attention import merge_heads
+from ..ops import attention_forward, causal_mask
+
+
+class KVCache:
+    """Per-layer self-attention keys and values, preallocated to ``max_len`` positions.
+
+    ``k[l]``, ``v[l]``: (B, H, L, D); positions ``[0, length)`` are filled.
+    ``valid``: (B, L) bool, False where the token was padding (its key is masked, as the
+    full forward masks padded keys).
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, max_len: int,
+                 dtype=np.float32) -> None:
+        for name, val in (("n_layers", n_layers), ("batch", batch), ("n_heads", n_heads),
+                          ("head_dim", head_dim), ("max_len", max_len)):
+            if int(val) < 1:
+                raise ValueError(f"KVCache {name} must be >= 1, got {val}")
+        shape = (batch, n_heads, max_len, head_dim)
+        self.k = [np.zeros(shape, dtype=dtype) for _ in range(n_layers)]   # each (B, H, L, D)
+        self.v = [np.zeros(shape, dtype=dtype) for _ in range(n_layers)]   # each (B, H, L, D)
+        self.valid = np.ones((batch, max_len), dtype=bool)                 # (B, L)
+        self.length = 0
+
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.valid.shape[1]
+
+    def check_room(self, t: int) -> None:
+        if self.length + t > self.max_len:
+            raise ValueError(f"KV cache full: {self.length} positions stored + {t} new > "
+                             f"capacity {self.max_len}")
+
+    def write(self, layer: int, k_new: np.ndarray, v_new: np.ndarray):
+        """Store layer ``layer``'s new keys/values (B, H, t, D) after the ``length`` filled
+        positions; return views of all of them, (B, H, length + t, D) each."""
+        p, t = self.length, k_new.shape[2]
+        self.check_room(t)
+        self.k[layer][:, :, p:p + t] = k_new
+        self.v[layer][:, :, p:p + t] = v_new
+        return self.k[layer][:, :, :p + t], self.v[layer][:, :, :p + t]
+
+    def self_mask(self, t: int, valid_new: np.ndarray | None) -> np.ndarray:
+        """The mask for t new queries over length + t keys: causal, and no padded keys.
+        Records ``valid_new`` (B, t). Returns bool (B, 1, t, length + t)."""
+        p = self.length
+        self.check_room(t)
+        if valid_new is not None:
+            self.valid[:, p:p + t] = valid_new
+        causal = causal_mask(t, p + t, offset=p)                            # (t, p + t)
+        return causal[None, None] & self.valid[:, None, None, :p + t]       # (B, 1, t, p + t)
+
+    def advance(self, t: int) -> None:
+        """Mark ``t`` more positions as filled (after every layer has written them)."""
+        self.check_room(t)
+        self.length += t
+
+    def reorder(self, index: np.ndarray) -> None:
+        """Keep batch rows ``index`` (B',) in that order (beam search: each new beam copies the
+        cache of the beam it extends). B' may differ from B (expanding sources into beams)."""
+        index = np.asarray(index)
+        n = self.length
+        if len(index) == self.batch:
+            for buf in (*self.k, *self.v):
+                buf[:, :, :n] = buf[index, :, :n]                           # gather copies first
+            self.valid[:] = self.valid[index]
+            return
+        self.k = [_take_rows(buf, index, n) for buf in self.k]
+        self.v = [_take_rows(buf, index, n) for buf in self.v]
+        self.valid = self.valid[index]                                      # (B', L)
+
+
+def _take_rows(buf: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((len(index),) + buf.shape[1:], dtype=buf.dtype)         # (B', H, L, D)
+    out[:, :, :n] = buf[index, :, :n]
+    return out
+
+
+# -- pieces shared by the two model kinds -----------------------------------------------------
+
+def attend(mha, q, k, v, mask):
+    """Attention of ready-made heads q (B, H, t, D) over k, v (B, H, n, D), then the output
+    projection, as ``MultiHeadAttention.forward`` does after its input projections.
+    Returns (out (B, t, E), weights (B, H, t, n))."""
+    heads, weights, _ = attention_forward(q, k, v, mask=mask)               # (B, H, t, D)
+    out, _ = mha.out_proj.forward(merge_heads(heads))                      # (B, t, E)
+    return out, weights
+
+
+def cached_self_attention(mha, x, cache: KVCache, layer: int, mask):
+    """Self-attention of new positions x (B, t, E) over the cached past plus themselves."""
+    q, k, v = mha.project_qkv(x)                                           # each (B, H, t, D)
+    k_all, v_all = cache.write(layer, k, v)                                 # (B, H, p + t, D)
+    return attend(mha, q, k_all, v_all, mask)
+
+
+def residual(x, norm, norm_first: bool, fn):
+    """One residual sub-layer at inference (dropout is the identity): post-LN
+    ``norm(x + fn(x))`` (the paper) or pre-LN ``x + fn(norm(x))``; as ``nn.layers._Residual``."""
+    if norm_first:
+        h, _ = norm.forward(x)
+        return x + fn(h)
+    out, _ = norm.forward(x + fn(x))
+    return out
+
+
+def check_eval(model) -> None:
+    if model.training:
+        raise ValueError("model is in training mode: call model.eval() before decoding "
+                         "(dropout must be off)")
+
+
+def _valid(ids: np.ndarray, pad_id) -> np.ndarray | None:
+    return None if pad_id is None or pad_id < 0 else ids != pad_id        # (B, t)
+
+
+# -- the encoder-decoder ----------------------------------------------------------------------
+
+class CachedTransformerDecoder:
+    """Incremental decoding for ``npformer.models.Transformer``.
+
+    Encodes ``src_ids`` (B, S) once, projects the memory to every decoder layer's cross-attention
+    keys/values once, then ``step(ids)`` runs the decoder on only the new target ids.
+    """
+
+    def __init__(self, model, src_ids: np.ndarray, max_len: int | None = None) -> None:
+        check_eval(model)
+        cfg = model.config
+        src_ids = check_ids(src_ids, "src_ids", cfg.src_vocab_size)
+        self.model = model
+        self.embed = model.tgt_embedding
+        memory, self.src_mask, _ = model.encode(src_ids)                   # (B, S, E), (B, 1, 1, S)
+        layers = list(model.decoder.layers)
+        self.memory_kv = [layer.multihead_attn.project_kv(memory) for layer in layers]  # (B, H, S, D) x2
+        max_len = cfg.max_len if max_len is None else min(int(max_len), cfg.max_len)
+        self.cache = KVCache(len(layers), src_ids.shape[0], cfg.n_heads, cfg.d_model // cfg.n_heads,
+                             max_len, memory.dtype)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        """ids (B, t) new target tokens -> logits (B, t, V) for the positions after each."""
+        cfg, cache = self.model.config, self.cache
+        ids = check_ids(ids, "ids", cfg.tgt_vocab_size)
+        t = ids.shape[1]
+        x, _ = self.embed.forward(ids, offset=cache.length)                # (B, t, E)
+        self_mask = cache.self_mask(t, _valid(ids, cfg.pad_id))             # (B, 1, t, p + t)
+        for i, layer in enumerate(self.model.decoder.layers):
+            nf = layer.norm_first
+            x = residual(x, layer.norm1, nf,
+                         lambda h: cached_self_attention(layer.self_attn, h, cache, i, self_mask)[0])
+            x = residual(x, layer.norm2, nf,
+                         lambda h: layer.multihead_attn.forward(h, kv=self.memory_kv[i],
+                                                                mask=self.src_mask)[0])
+            x = residual(x, layer.norm3, nf, lambda h: layer.ffn.forward(h)[0])
+        cache.advance(t)
+        if self.model.decoder.norm is not None:
+            x, _ = self.model.decoder.norm.forward(x)
+        return self.model.project_output(x)[0]                             # (B, t, V)
+
+    def reorder(self, index: np.ndarray) -> None:
+        """Keep rows ``index`` of the batch (beam search)."""
+        self.cache.reorder(index)
+        self.memory_kv = [(k[index], v[index]) for k, v in self.memory_kv]
+        self.src_mask = self.src_mask[index]
+
+
+# -- the decoder-only language model ----------------------------------------------------------
+
+class CachedLM:
+    """Incremental decoding for ``npformer.models.DecoderLM`` (causal ``Encoder`` blocks)."""
+
+    def __init__(self, model, batch: int, max_len: int | None = None) -> None:
+        check_eval(model)
+        cfg = model.config
+        self.model = model
+        max_len = cfg.max_len if max_len is None else min(int(max_len), cfg.max_len)
+        self.cache = KVCache(len(model.blocks.layers), batch, cfg.n_heads, cfg.d_model // cfg.n_heads,
+                             max_len, model.embed.tok.params["weight"].dtype)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        """ids (B, t) new tokens -> logits (B, t, V) for the positions after each."""
+        cfg, cache = self.model.config, self.cache
+        ids = check_ids(ids, "ids", cfg.vocab_size)
+        t = ids.shape[1]
+        x, _ = self.model.embed.forward(ids, offset=cache.length)          # (B, t, E)
+        mask = cache.self_mask(t, _valid(ids, cfg.pad_id))                  # (B, 1, t, p + t)
+        for i, layer in enumerate(self.model.blocks.layers):
+            nf = layer.norm_first
+            x = residual(x, layer.norm1, nf,
+                         lambda h: cached_self_attention(layer.self_attn, h, cache, i, mask)[0])
+            x = residual(x, layer.norm2, nf, lambda h: layer.ffn.forward(h)[0])
+        cache.advance(t)
+        if self.model.blocks.norm is not None:
+            x, _ = self.model.blocks.norm.forward(x)
+        return self.model.project_output(x)[0]                             # (B, t, V)
+
+    def reorder(self, index: np.ndarray) -> None:
+        self.cache.reorder(index)
