@@ -1,0 +1,148 @@
+"""``npformer info [DIR]``: a model's config and parameter count, per component.
+
+Without DIR: the paper's base Transformer (TransformerConfig() defaults, a shared
+37,000-token vocabulary as in Table 3), with its count next to the paper's 65M.
+With DIR: the model of a run directory (``config.json``, and ``model.safetensors``
+when present, whose tensors are counted too).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import CLIError
+
+PAPER_BASE_PARAMS = 65_000_000      # "Attention Is All You Need", Table 3, base model
+
+# model kind (as run directories name it) -> (config class, model class) in npformer.models
+KINDS = {"transformer": ("TransformerConfig", "Transformer"),
+         "decoder_lm": ("DecoderLMConfig", "DecoderLM"),
+         "classifier": ("EncoderClassifierConfig", "EncoderClassifier")}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("info", help="config and parameter count of the base model or a run's model",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", nargs="?", metavar="DIR", help="a run directory holding config.json")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def _classes(kind: str):
+    from .. import models
+    if kind in KINDS:
+        return tuple(getattr(models, n) for n in KINDS[kind])
+    try:                                           # kinds registered by other parts (e.g. vision models)
+        from ..data.tasks import model_kind_classes
+    except ImportError:
+        raise CLIError(f"unknown model kind {kind!r}; known: {', '.join(sorted(KINDS))}") from None
+    return model_kind_classes(kind)
+
+
+def _config_from_dir(run_dir: Path):
+    """(kind, config) from DIR/config.json: a run's {"model_kind", "model": {...}} or a bare model config."""
+    path = run_dir / "config.json"
+    if not run_dir.is_dir():
+        raise CLIError(f"{run_dir} is not a directory")
+    if not path.is_file():
+        raise CLIError(f"{run_dir} has no config.json")
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise CLIError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(d, dict):
+        raise CLIError(f"{path} must hold a JSON object")
+    if "model_kind" in d and isinstance(d.get("model"), dict):
+        config_cls, _ = _classes(d["model_kind"])
+        return d["model_kind"], config_cls.from_dict(d["model"])
+    errors = []
+    for kind in KINDS:                             # a bare config saved with Config.save_json
+        config_cls, _ = _classes(kind)
+        try:
+            return kind, config_cls.from_dict(d)
+        except (TypeError, ValueError) as e:
+            errors.append(f"{config_cls.__name__}: {e}")
+    raise CLIError(f"{path} is neither a run config (model_kind + model) nor a model config ({errors[0]})")
+
+
+def _breakdown(model) -> list[tuple[str, int, str]]:
+    """(component, parameters, note) per top-level child, in the model's order."""
+    rows = []
+    for name, child in model.children():
+        n = child.num_parameters()
+        note = ""
+        layers = getattr(child, "layers", None)
+        if layers is not None and len(layers):
+            note = f"{len(layers)} layers x {layers[0].num_parameters():,}"
+            if getattr(child, "norm", None) is not None:
+                note += f" + final norm {child.norm.num_parameters():,}"
+        elif name == "embed" and hasattr(model, "src_embedding"):
+            note = "shared by source and target"
+        rows.append((name, n, note))
+    cfg = model.config
+    if getattr(cfg, "tie_output", False):
+        table = "embed" if getattr(cfg, "share_embeddings", True) else "tgt_embed"
+        rows.append(("output projection", 0, f"tied to {table}.tok.weight (paper 3.4)"))
+    return rows
+
+
+def _checkpoint_count(path: Path) -> tuple[int, int]:
+    """(tensors, parameters) in a safetensors file, from its header only."""
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="np") as f:
+            shapes = [f.get_slice(k).get_shape() for k in f.keys()]
+    except Exception as e:  # safetensors raises its own error types
+        raise CLIError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0][:80]})") from None
+    total = 0
+    for s in shapes:
+        n = 1
+        for d in s:
+            n *= d
+        total += n
+    return len(shapes), total
+
+
+def run(args) -> int:
+    from .. import models
+    if args.dir is None:
+        kind, config = "transformer", models.TransformerConfig()
+        title = "the paper's base Transformer (shared 37,000-token vocabulary, Table 3)"
+    else:
+        run_dir = Path(args.dir)
+        kind, config = _config_from_dir(run_dir)
+        title = f"{kind} model of {run_dir}"
+    _, model_cls = _classes(kind)
+    model = model_cls(config, rng=0)
+    total = model.num_parameters()
+    rows = _breakdown(model)
+    checkpoint = None
+    if args.dir is not None and (Path(args.dir) / "model.safetensors").is_file():
+        checkpoint = _checkpoint_count(Path(args.dir) / "model.safetensors")
+
+    if args.json:
+        out = {"model": type(model).__name__, "kind": kind, "config": config.to_dict(), "parameters": total,
+               "components": {name: n for name, n, _ in rows}}
+        if args.dir is None:
+            out["paper_parameters"] = PAPER_BASE_PARAMS
+        if checkpoint is not None:
+            out["checkpoint"] = {"tensors": checkpoint[0], "parameters": checkpoint[1]}
+        print(json.dumps(out, indent=2))
+        return 0
+
+    print(f"npformer info: {title}")
+    print(f"\n{type(config).__name__}")
+    for k, v in config.to_dict().items():
+        print(f"  {k:<20} {v}")
+    print(f"\nparameters {total:>27,}")
+    for name, n, note in rows:
+        print(f"  {name:<20} {n:>14,}   {note}".rstrip())
+    if args.dir is None:
+        pct = 100 * (total / PAPER_BASE_PARAMS - 1)
+        print(f"\npaper (Table 3, base): {PAPER_BASE_PARAMS / 1e6:.0f}M; this count is "
+              f"{100 * total / PAPER_BASE_PARAMS:.2f}% of it ({pct:+.2f}%)")
+    if checkpoint is not None:
+        n_t, n_p = checkpoint
+        agree = "matches the config" if n_p == total else f"DIFFERS from the config's {total:,}"
+        print(f"\nmodel.safetensors: {n_t} tensors, {n_p:,} parameters ({agree})")
+    return 0
