@@ -45,8 +45,15 @@ def beam_search(model, prefix, max_new: int, *, src_ids=None, eos_id: int | None
     if not np.isfinite(alpha):
         raise ValueError(f"alpha must be finite, got {alpha}")
     prefix, max_new, n_pos = check_decode_args(model, prefix, max_new, eos_id)
-    n_src, k = prefix.shape[0], int(beam)
-    stepper = make_stepper(model, batch=n_src, src_ids=src_ids, cache=cache, max_len=n_pos)
+    stepper = make_stepper(model, batch=prefix.shape[0], src_ids=src_ids, cache=cache, max_len=n_pos)
+    return beam_search_stepper(stepper, prefix, max_new, eos_id=eos_id, beam=int(beam), alpha=alpha)
+
+
+def beam_search_stepper(stepper, prefix: np.ndarray, max_new: int, *, eos_id: int | None,
+                        beam: int, alpha: float) -> list[list[Hypothesis]]:
+    """The search itself, over any stepper (see ``steppers``); ``beam_search`` checks the
+    arguments and builds the stepper for a model."""
+    n_src, k = prefix.shape[0], beam
     logp = log_softmax(stepper.step(prefix)[:, -1].astype(np.float64))   # (B, V)
     v = logp.shape[-1]
     stepper.reorder(np.repeat(np.arange(n_src), k))                       # B -> B*K rows
