@@ -179,6 +179,8 @@ def from_torch(module):
     (``batch_first=True``). Weights are copied; dtype (float32/float64) kept; eval mode.
 
     Call the result like the torch module, on NumPy arrays: ``out = npmod(src, src_mask=...)``.
+    A model made by ``to_torch`` (say, after training it in torch) comes back as the npformer
+    model it was made from, with the trained weights.
     """
     torch = _import_torch("from_torch")
     nn = torch.nn
@@ -203,10 +205,25 @@ def from_torch(module):
         out = TransformerStack.from_stacks(_stack_from_torch(module.encoder, "Transformer.encoder", False),
                                            _stack_from_torch(module.decoder, "Transformer.decoder", True))
     else:
-        raise TypeError(f"from_torch accepts torch.nn.MultiheadAttention, TransformerEncoderLayer, "
-                        f"TransformerDecoderLayer, TransformerEncoder, TransformerDecoder or Transformer, "
-                        f"got {type(module).__module__}.{type(module).__name__}")
+        from .torch_models import TorchDecoderLM, TorchEncoderClassifier, TorchTransformer
+        if not isinstance(module, (TorchTransformer, TorchDecoderLM, TorchEncoderClassifier)):
+            raise TypeError(f"from_torch accepts torch.nn.MultiheadAttention, TransformerEncoderLayer, "
+                            f"TransformerDecoderLayer, TransformerEncoder, TransformerDecoder or Transformer "
+                            f"(or a model made by to_torch), got {type(module).__module__}.{type(module).__name__}")
+        out = _model_from_torch(module)
     return out.eval()
+
+
+def _model_from_torch(module):
+    """Back from a ``to_torch`` twin (e.g. after training in torch): the npformer model of the
+    twin's config, with the twin's current weights."""
+    from .. import models
+
+    kind = {"TorchTransformer": models.Transformer, "TorchDecoderLM": models.DecoderLM,
+            "TorchEncoderClassifier": models.EncoderClassifier}[type(module).__name__]
+    out = kind(module.config, rng=0, dtype=_np_dtype(module, type(module).__name__))
+    _load_from_torch(out, module)
+    return out
 
 
 # -- to_torch -------------------------------------------------------------------------------------
@@ -306,5 +323,5 @@ def to_torch(model):
         _load_into_torch(out, model)
     else:
         from .torch_models import model_to_torch   # the full models: embeddings + stacks + head
-        out = model_to_torch(model)
+        out = model_to_torch(model, _stack_to_torch, _torch_dtype, _load_into_torch)
     return out.eval()

@@ -1,0 +1,186 @@
+"""PyTorch twins of npformer's full models, built by ``npformer.to_torch(model)``.
+
+Each is a plain ``torch.nn.Module`` made of torch's own parts (``nn.Embedding``,
+``nn.TransformerEncoder``/``nn.TransformerDecoder``, ``nn.Linear``) that computes what the
+npformer model computes, with the same state-dict keys (the FFN aside: torch ``linear1``,
+npformer ``ffn.linear1``):
+
+    x      = dropout(tok[ids] * sqrt(d_model) + positions)   sinusoidal buffer or learned table
+    logits = x ... stacks ... @ tok.weight^T                 tied output (paper 3.4), or a Linear
+
+Masks come from ``pad_id`` exactly as in npformer (padding hidden as keys, causal decoder).
+This file imports torch at the top; only ``to_torch`` imports it, so ``import npformer`` does not.
+
+Dimension legend: B batch, S source positions, T target positions, E model width, V vocabulary.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nn import Embeddings
+
+
+class TorchEmbeddings(nn.Module):
+    """tok(ids) * sqrt(d_model) + positions, then dropout; keys ``tok.weight`` (+ ``pos.weight``)."""
+
+    def __init__(self, np_embed: Embeddings, dtype: torch.dtype) -> None:
+        super().__init__()
+        e = np_embed.d_model
+        self.d_model, self.max_len, self.positional = e, np_embed.max_len, np_embed.positional
+        self.scale = float(np_embed.scale)
+        self.tok = nn.Embedding(np_embed.vocab_size, e, dtype=dtype)
+        if self.positional == "learned":
+            self.pos = nn.Embedding(self.max_len, e, dtype=dtype)
+        else:   # the same fixed table npformer adds; not a parameter, not in the state dict
+            pe = np_embed.positions(self.max_len, 0, np_embed.tok.params["weight"].dtype)  # (max_len, E)
+            self.register_buffer("pe", torch.from_numpy(np.array(pe)), persistent=False)
+        self.dropout = nn.Dropout(np_embed.dropout.p)
+
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """ids (B, T) long -> (B, T, E)."""
+        t = ids.shape[-1]
+        if offset + t > self.max_len:
+            raise ValueError(f"sequence of length {offset + t} is longer than max_len {self.max_len}")
+        pos = self.pos.weight[offset:offset + t] if self.positional == "learned" else self.pe[offset:offset + t]
+        return self.dropout(self.tok(ids) * self.scale + pos)                # (B, T, E)
+
+
+def _padding(ids: torch.Tensor, pad_id: int):
+    """torch's key padding mask (True = padding), or None when the model has no pad token."""
+    return (ids == pad_id) if pad_id >= 0 else None                          # (B, T)
+
+
+def _causal(t: int, device) -> torch.Tensor:
+    """torch's boolean causal mask, True above the diagonal = not allowed."""
+    return torch.triu(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=1)  # (T, T)
+
+
+class NormOnly(nn.Module):
+    """An encoder of zero layers: only its final LayerNorm (key ``norm.*``), or the identity."""
+
+    def __init__(self, norm: nn.LayerNorm | None) -> None:
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor, src_key_padding_mask=None) -> torch.Tensor:
+        return x if self.norm is None else self.norm(x)
+
+
+class TorchTransformer(nn.Module):
+    """npformer's ``Transformer`` (encoder-decoder) in torch: forward(src_ids, tgt_ids) -> logits."""
+
+    def __init__(self, model, encoder: nn.TransformerEncoder | NormOnly, decoder: nn.TransformerDecoder,
+                 dtype: torch.dtype) -> None:
+        super().__init__()
+        c = self.config = model.config
+        if c.share_embeddings:
+            self.embed = TorchEmbeddings(model.embed, dtype)
+        else:
+            self.src_embed = TorchEmbeddings(model.src_embed, dtype)
+            self.tgt_embed = TorchEmbeddings(model.tgt_embed, dtype)
+        self.encoder, self.decoder = encoder, decoder
+        if not c.tie_output:
+            self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, dtype=dtype)
+
+    def src_embedding(self) -> TorchEmbeddings:
+        return self.embed if self.config.share_embeddings else self.src_embed
+
+    def tgt_embedding(self) -> TorchEmbeddings:
+        return self.embed if self.config.share_embeddings else self.tgt_embed
+
+    def encode(self, src_ids: torch.Tensor) -> torch.Tensor:
+        """src_ids (B, S) -> memory (B, S, E)."""
+        x = self.src_embedding()(src_ids)                                    # (B, S, E)
+        return self.encoder(x, src_key_padding_mask=_padding(src_ids, self.config.pad_id))
+
+    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor) -> torch.Tensor:
+        """src_ids (B, S), tgt_ids (B, T) long -> logits (B, T, V)."""
+        if src_ids.shape[0] != tgt_ids.shape[0]:
+            raise ValueError(f"src_ids and tgt_ids must have the same batch size, got {tuple(src_ids.shape)} "
+                             f"and {tuple(tgt_ids.shape)}")
+        memory = self.encode(src_ids)                                        # (B, S, E)
+        y = self.tgt_embedding()(tgt_ids)                                    # (B, T, E)
+        h = self.decoder(y, memory, tgt_mask=_causal(tgt_ids.shape[1], y.device),
+                         tgt_key_padding_mask=_padding(tgt_ids, self.config.pad_id),
+                         memory_key_padding_mask=_padding(src_ids, self.config.pad_id),
+                         tgt_is_causal=True)                                 # (B, T, E)
+        if self.config.tie_output:
+            return F.linear(h, self.tgt_embedding().tok.weight)              # (B, T, V) = h E^T
+        return self.generator(h)                                             # (B, T, V)
+
+
+class TorchDecoderLM(nn.Module):
+    """npformer's ``DecoderLM`` in torch: forward(ids) -> next-token logits (B, T, V)."""
+
+    def __init__(self, model, blocks: nn.TransformerEncoder, dtype: torch.dtype) -> None:
+        super().__init__()
+        c = self.config = model.config
+        self.embed = TorchEmbeddings(model.embed, dtype)
+        self.blocks = blocks
+        if not c.tie_output:
+            self.generator = nn.Linear(c.d_model, c.vocab_size, dtype=dtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)                                                  # (B, T, E)
+        h = self.blocks(x, mask=_causal(ids.shape[1], x.device),
+                        src_key_padding_mask=_padding(ids, self.config.pad_id), is_causal=True)
+        if self.config.tie_output:
+            return F.linear(h, self.embed.tok.weight)                        # (B, T, V)
+        return self.generator(h)
+
+
+class TorchEncoderClassifier(nn.Module):
+    """npformer's ``EncoderClassifier`` in torch: forward(ids) -> (B, C) or, tagging, (B, T, C)."""
+
+    def __init__(self, model, encoder: nn.TransformerEncoder, dtype: torch.dtype) -> None:
+        super().__init__()
+        c = self.config = model.config
+        self.embed = TorchEmbeddings(model.embed, dtype)
+        self.encoder = encoder
+        self.head = nn.Linear(c.d_model, c.n_classes, dtype=dtype)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        pad = _padding(ids, c.pad_id)                                        # (B, T) or None
+        h = self.encoder(self.embed(ids), src_key_padding_mask=pad)          # (B, T, E)
+        if c.head == "tagging":
+            pooled = h                                                       # (B, T, E)
+        elif c.pool == "cls":
+            pooled = h[:, 0]                                                 # (B, E)
+        else:                                                                # mean over real tokens
+            real = torch.ones_like(ids, dtype=torch.bool) if pad is None else ~pad
+            weights = real.to(h.dtype) / real.sum(dim=1, keepdim=True).clamp(min=1).to(h.dtype)  # (B, T)
+            pooled = torch.einsum("bt,bte->be", weights, h)                  # (B, E)
+        return self.head(pooled)
+
+
+def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
+    """The torch twin of an npformer Transformer, DecoderLM or EncoderClassifier, weights copied.
+    ``stack_to_torch``, ``torch_dtype`` and ``load`` are interop.torch's converters."""
+    from ..models import DecoderLM, EncoderClassifier, Transformer
+
+    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier)):
+        raise TypeError("to_torch accepts npformer's MultiHeadAttention, EncoderLayer, DecoderLayer, Encoder, "
+                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM and EncoderClassifier, "
+                        f"got {type(model).__module__}.{type(model).__name__}")
+    dtype = torch_dtype(model)
+    if isinstance(model, Transformer):
+        if len(model.encoder.layers):
+            enc = stack_to_torch(model.encoder, False)
+        else:
+            norm = model.encoder.norm
+            enc = NormOnly(None if norm is None else nn.LayerNorm(norm.params["weight"].shape[0], eps=norm.eps,
+                                                                  dtype=dtype))
+        out = TorchTransformer(model, enc, stack_to_torch(model.decoder, True), dtype)
+    elif isinstance(model, DecoderLM):
+        out = TorchDecoderLM(model, stack_to_torch(model.blocks, False), dtype)
+    else:
+        out = TorchEncoderClassifier(model, stack_to_torch(model.encoder, False), dtype)
+    load(out, model)
+    return out
+
+
+__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchTransformer", "model_to_torch"]
