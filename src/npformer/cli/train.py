@@ -1,0 +1,102 @@
+"""``npformer train TASK``: train a model on a task, into a run directory.
+
+    npformer train dates                              # the task's defaults, into runs/dates
+    npformer train copy --steps 300 --seed 1 --out runs/copy1
+    npformer train text --data book.txt --minutes 10 --set d_model=192 --set lr=1e-3
+    npformer train dates --resume --steps 4000        # continue runs/dates to step 4000
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from . import CLIError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a model on a task (copy, dates, text, ...)",
+        description="Train a model on a task into a run directory (config.json, model.safetensors, "
+                    "optimizer state, metrics.json, log.csv, curves.png). Tasks: copy, dates, "
+                    "text (--data FILE), and any other registered task.")
+    p.add_argument("task", help="the task: copy, dates, text, ...")
+    p.add_argument("--out", metavar="DIR", help="run directory (default: runs/TASK)")
+    p.add_argument("--steps", type=int, metavar="N", help="train to step N (default: the task's)")
+    p.add_argument("--minutes", type=float, metavar="M",
+                   help="stop after M minutes of this invocation (with --steps: whichever comes first)")
+    p.add_argument("--seed", type=int, metavar="S", help="seed of every random number (default 0)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a model, train or data setting, e.g. d_model=128, train.lr=1e-3 (repeatable)")
+    p.add_argument("--data", metavar="FILE", help="the UTF-8 text file of the text task")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def run(args) -> int:
+    from ..data.tasks import get_task, model_kind_classes
+    from ..train.settings import parse_overrides
+    from ..train.trainer import RESUMABLE, TrainConfig, Trainer, TrainingDiverged
+
+    task_cls = get_task(args.task)
+    out = Path(args.out) if args.out else Path("runs") / args.task
+    if args.steps is not None and args.steps < 1:
+        raise CLIError(f"--steps must be >= 1, got {args.steps}")
+    if args.minutes is not None and not args.minutes > 0:
+        raise CLIError(f"--minutes must be > 0, got {args.minutes}")
+    if args.resume and args.force:
+        raise CLIError("--resume and --force contradict each other")
+    config_cls, _ = model_kind_classes(task_cls.model_kind)
+    sets = parse_overrides(args.set, {"model": config_cls, "train": TrainConfig, "data": task_cls.Settings})
+    budget = {}
+    if args.steps is not None:
+        budget["steps"] = args.steps
+    if args.minutes is not None:
+        budget["minutes"] = args.minutes
+        if args.steps is None and "steps" not in sets["train"]:
+            budget["steps"] = None                                      # train until the time is up
+
+    t0 = time.monotonic()
+    if args.resume:
+        if sets["model"] or sets["data"]:
+            raise CLIError("--resume continues a run as it was configured: --set may change only "
+                           + ", ".join(RESUMABLE))
+        overrides = {**sets["train"], **budget}
+        if args.seed is not None:
+            from ..train.checkpoint import read_config
+            seed = read_config(out)["train"]["seed"]
+            if args.seed != seed:
+                raise CLIError(f"{out} was trained with seed {seed}; --resume keeps it (drop --seed)")
+        trainer = Trainer.resume(out, task_name=args.task, overrides=overrides, data_path=args.data)
+        print(f"resuming {args.task} in {out} at step {trainer.step}")
+    else:
+        task = task_cls.create(sets["data"], data_path=args.data)
+        train_cfg = {**task.default_train_config(), **sets["train"], **budget}
+        if args.seed is not None:
+            train_cfg["seed"] = args.seed
+        train_cfg = TrainConfig(**train_cfg)
+        trainer = Trainer.start(task, sets["model"], train_cfg, out, force=args.force)
+        cfg = trainer.cfg
+        budget_text = " and ".join(x for x in (f"{cfg.steps} steps" if cfg.steps else "",
+                                               f"{cfg.minutes:g} minutes" if cfg.minutes else "") if x)
+        print(f"training {task.name}: {type(trainer.model).__name__} with {trainer.model.num_parameters():,} "
+              f"parameters, {budget_text}, batch {cfg.batch_size}, seed {cfg.seed} -> {out}")
+    try:
+        metrics = trainer.run(progress=not args.no_progress)
+    except TrainingDiverged as e:
+        import sys
+        sys.stderr.write(f"npformer train: {e}\n")
+        return 1
+    held = metrics["held_out"]
+    key = metrics["primary_metric"]
+    print(f"done: step {metrics['step']}, held-out {key} {held[key]:.4f} "
+          f"(n={held.get('n', '?')}), {_duration(time.monotonic() - t0)} wall, "
+          f"{metrics['tokens_per_second']:,.0f} tokens/s")
+    print(f"run directory: {out}  (model.safetensors, metrics.json, log.csv, curves.png)")
+    return 0

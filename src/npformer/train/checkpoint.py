@@ -1,0 +1,219 @@
+"""Run directories and crash-safe files.
+
+A run directory holds
+
+    config.json             {"task", "model_kind", "model": {...}, "train": {...}, "data": {...}}
+    model.safetensors       the weights under their dotted state_dict names
+    optimizer.safetensors   Adam's moments ("exp_avg.<name>", "exp_avg_sq.<name>") and "step"
+    trainer_state.json      step, random-generator states, time and tokens so far (resume is exact)
+    metrics.json            the latest held-out metrics
+    log.csv, eval.csv       the training and evaluation logs; curves.png, their plot
+
+Every file is written atomically: the bytes go to a temporary file in the same directory, which is
+flushed to disk (fsync) and then renamed over the old file (``os.replace``, atomic on POSIX and
+Windows). A crash leaves either the old file or the new one, never a torn one.
+
+A checkpoint is three files. ``save_checkpoint`` first writes all three to temporary files, so a
+crash while writing (the slow part) leaves the last good checkpoint untouched; only then does it
+rename them, model, optimizer and trainer state last. Each carries its step, and loading checks they
+agree, so a crash in the microseconds between two renames is reported, not silently resumed.
+No pickle anywhere: safetensors for arrays, JSON for the rest.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
+    "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
+
+
+# -- atomic files ---------------------------------------------------------------------------------
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:                                                     # e.g. Windows: directories cannot be opened
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temporary file next to ``path``, flushed to disk; returns its path."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (temporary file + fsync + rename)."""
+    path = Path(path)
+    _commit(_stage(path, data), path)
+
+
+def atomic_write_json(path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def atomic_savefig(fig, path, **kwargs) -> None:
+    """``fig.savefig`` into memory, then an atomic write (a figure is never half-written)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
+    from safetensors.numpy import save
+    return save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=metadata)
+
+
+def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(tensors, metadata) of a safetensors file; ValueError naming the file when it is unreadable."""
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path), framework="np") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
+    except (OSError, RuntimeError, ValueError, Exception) as e:  # safetensors raises its own error types
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0][:80]})") from None
+
+
+def read_json(path) -> dict:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+
+
+# -- checkpoints ----------------------------------------------------------------------------------
+
+def save_checkpoint(run_dir, model_state: dict[str, np.ndarray], optimizer_state: dict[str, np.ndarray],
+                    trainer_state: dict, step: int) -> None:
+    """Write model, optimizer and trainer state for ``step``: all staged first, then renamed."""
+    run_dir = Path(run_dir)
+    meta = {"format": "npformer", "step": str(step)}
+    payloads = [
+        (run_dir / MODEL, safetensors_bytes(model_state, meta)),
+        (run_dir / OPTIMIZER, safetensors_bytes(optimizer_state, meta)),
+        (run_dir / STATE, (json.dumps({**trainer_state, "step": step}, indent=2) + "\n").encode("utf-8")),
+    ]
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in payloads:
+            staged.append((_stage(path, data), path))
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+    _fsync_dir(run_dir)
+
+
+def clean_stale_temporaries(run_dir) -> None:
+    """Remove temporary files a crashed save left behind (they are never read)."""
+    for p in Path(run_dir).glob(".*.tmp"):
+        p.unlink(missing_ok=True)
+
+
+@dataclass
+class Run:
+    """A loaded run directory: the task, the model (eval mode) and the saved JSON."""
+    path: Path
+    config: dict
+    task: object
+    model: object
+    step: int
+    metrics: dict = field(default_factory=dict)
+    trainer_state: dict = field(default_factory=dict)
+
+
+def read_config(run_dir) -> dict:
+    """config.json of a run directory, checked for its sections; one-line errors otherwise."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    if not (run_dir / CONFIG).is_file():
+        raise FileNotFoundError(f"{run_dir} is not an npformer run directory (no {CONFIG})")
+    config = read_json(run_dir / CONFIG)
+    for key, typ in (("task", str), ("model_kind", str), ("model", dict), ("train", dict), ("data", dict)):
+        if not isinstance(config.get(key) if isinstance(config, dict) else None, typ):
+            raise ValueError(f"{run_dir / CONFIG} lacks a valid {key!r} entry")
+    return config
+
+
+def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...] | None = None) -> Run:
+    """Load a run directory's task and trained model, checking what the caller expects.
+
+    task / model_kind: when given, a run of another task or kind is a ValueError naming both.
+    The weights must match the shapes config.json implies, key by key."""
+    from ..data.tasks import get_task, model_config_from_dict
+
+    run_dir = Path(run_dir)
+    config = read_config(run_dir)
+    if task is not None and config["task"] != task:
+        raise ValueError(f"{run_dir} holds a {config['task']!r} run, not a {task!r} run")
+    kinds = (model_kind,) if isinstance(model_kind, str) else model_kind
+    if kinds is not None and config["model_kind"] not in kinds:
+        raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({config['task']!r} task); "
+                         f"this command needs a {' or '.join(kinds)} model")
+    task_cls = get_task(config["task"])
+    if task_cls.model_kind != config["model_kind"]:
+        raise ValueError(f"{run_dir / CONFIG}: task {config['task']!r} uses a {task_cls.model_kind} model, "
+                         f"not {config['model_kind']!r}")
+    the_task = task_cls.from_dict(config["data"])
+    model_config = model_config_from_dict(config["model_kind"], config["model"])
+    model = the_task.build_model(model_config, rng=np.random.default_rng(0))
+    if not (run_dir / MODEL).is_file():
+        raise FileNotFoundError(f"{run_dir} has no {MODEL} yet (training has not saved a checkpoint)")
+    tensors, meta = read_safetensors(run_dir / MODEL)
+    check_state_matches(model.state_dict(), tensors, f"{run_dir / MODEL}")
+    model.load_state_dict(tensors)
+    model.eval()
+    state = read_json(run_dir / STATE) if (run_dir / STATE).is_file() else {}
+    metrics = read_json(run_dir / METRICS) if (run_dir / METRICS).is_file() else {}
+    step = int(meta.get("step", state.get("step", 0)))
+    return Run(run_dir, config, the_task, model, step, metrics, state)
+
+
+def check_state_matches(own: dict[str, np.ndarray], loaded: dict[str, np.ndarray], where: str) -> None:
+    """ValueError (one line) unless ``loaded`` has exactly ``own``'s keys, shapes and dtypes."""
+    missing = sorted(set(own) - set(loaded))
+    unexpected = sorted(set(loaded) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"{where} does not match config.json: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    for k, a in own.items():
+        b = loaded[k]
+        if b.shape != a.shape:
+            raise ValueError(f"{where} does not match config.json: {k} has shape {tuple(b.shape)}, "
+                             f"the config gives {tuple(a.shape)}")
+        if b.dtype != a.dtype:
+            raise ValueError(f"{where}: {k} has dtype {b.dtype}, expected {a.dtype}")

@@ -1,0 +1,440 @@
+"""The training loop: batches, the paper's optimizer and schedule, held-out evaluation, logs,
+checkpoints, and exact resumption.
+
+One step:
+    batch        = task.train_batch(data_rng, batch_size)
+    loss, grads  = task.loss(model, batch, dropout_rng, label_smoothing)   (forward + backward)
+    norm         = clip_by_global_norm(grads, clip_norm)
+    optimizer.step(grads, lr=schedule(step))                                 (in place)
+
+Determinism: every random number comes from generators derived from ``seed`` with
+``np.random.SeedSequence(seed).spawn``: one initialises the model, one draws the batches, one the
+dropout masks. Evaluation draws its held-out examples from its own fixed seed and consumes nothing
+from the training generators. A checkpoint stores the weights, Adam's moments, the step and the
+generators' states, so a resumed run takes exactly the steps the uninterrupted run would have.
+
+Stopping: at ``steps``, when ``minutes`` run out, on Ctrl-C (the step in progress finishes and is
+saved; a second Ctrl-C aborts at once and keeps the last checkpoint), or at a non-finite loss or
+gradient (nothing is updated or saved; the last good checkpoint stays).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import (CONFIG, METRICS, MODEL, OPTIMIZER, STATE, atomic_savefig, atomic_write_bytes,
+                         atomic_write_json, check_state_matches, clean_stale_temporaries, read_config,
+                         read_json, read_safetensors, save_checkpoint)
+from .clip import clip_by_global_norm
+from .optim import Adam, AdamW
+from .schedules import make_schedule
+from .settings import from_dict as settings_from_dict
+
+LOG, EVAL_LOG, CURVES = "log.csv", "eval.csv", "curves.png"
+LOG_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "seconds"]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the gradient stopped being finite; the message names the step."""
+
+
+@dataclass
+class TrainConfig:
+    steps: int | None = 1000             # optimizer updates in all; None = until `minutes` run out
+    minutes: float | None = None         # wall-clock budget of this invocation (None = no limit)
+    batch_size: int = 64                 # examples per step
+    optimizer: str = "adam"              # "adam" (L2 weight decay) or "adamw" (decoupled decay)
+    schedule: str = "noam"               # "noam" (paper 5.3), "cosine" (warmup + cosine) or "constant"
+    lr: float = 1e-3                     # peak learning rate of "cosine", the rate of "constant"
+    lr_scale: float = 1.0                # factor on the "noam" rate d_model^-0.5 * min(s^-0.5, s * w^-1.5)
+    warmup: int = 400                    # warmup steps (noam and cosine)
+    min_lr: float = 0.0                  # where "cosine" ends
+    beta1: float = 0.9                   # Adam's first-moment decay (paper: 0.9)
+    beta2: float = 0.98                  # Adam's second-moment decay (paper: 0.98)
+    eps: float = 1e-9                    # Adam's epsilon (paper: 1e-9)
+    weight_decay: float = 0.0            # decay of the weight matrices (not biases or LayerNorm)
+    clip_norm: float | None = 1.0        # clip the global gradient norm to this (None = no clipping)
+    label_smoothing: float = 0.1         # paper 5.4: 0.1
+    eval_every: int = 250                # evaluate held-out data and save a checkpoint every N steps
+    eval_n: int = 500                    # held-out examples per periodic evaluation
+    seed: int = 0                        # the one seed every random number derives from
+
+    def __post_init__(self) -> None:
+        if self.steps is None and self.minutes is None:
+            raise ValueError("give a budget: steps or minutes (or both)")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise ValueError(f"minutes must be > 0, got {self.minutes}")
+        for name in ("batch_size", "eval_every", "eval_n"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.optimizer not in ("adam", "adamw"):
+            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
+        if self.schedule not in ("noam", "cosine", "constant"):
+            raise ValueError(f"schedule must be 'noam', 'cosine' or 'constant', got {self.schedule!r}")
+        if self.warmup < 0 or (self.schedule == "noam" and self.warmup < 1):
+            raise ValueError(f"warmup must be >= 1 for noam and >= 0 otherwise, got {self.warmup}")
+        if not (self.lr >= 0 and self.lr_scale >= 0 and self.min_lr >= 0 and self.weight_decay >= 0):
+            raise ValueError("lr, lr_scale, min_lr and weight_decay must be >= 0, got "
+                             f"{self.lr}, {self.lr_scale}, {self.min_lr}, {self.weight_decay}")
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
+            raise ValueError(f"need 0 <= beta1, beta2 < 1 and eps > 0, got {self.beta1}, {self.beta2}, {self.eps}")
+        if self.clip_norm is not None and not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# settings that may change when resuming (the rest would make the resumed run a different run)
+RESUMABLE = ("steps", "minutes", "eval_every", "eval_n")
+
+
+def _rng_state(g: np.random.Generator) -> dict:
+    return g.bit_generator.state
+
+
+def _rng_from_state(state: dict) -> np.random.Generator:
+    bg = getattr(np.random, state["bit_generator"])()
+    bg.state = state
+    return np.random.Generator(bg)
+
+
+def _has_checkpoint(out: Path) -> bool:
+    return (out / CONFIG).is_file()
+
+
+class Trainer:
+    """Holds one run: its task, model, optimizer, generators and directory. Build it with
+    ``Trainer.start`` (a new run) or ``Trainer.resume``; then ``run()``."""
+
+    def __init__(self, out_dir: Path, task, model, config: dict, train: TrainConfig) -> None:
+        self.out, self.task, self.model, self.config, self.cfg = Path(out_dir), task, model, config, train
+        params = model.state_dict()
+        opt_cls = AdamW if train.optimizer == "adamw" else Adam
+        self.optimizer = opt_cls(params, lr=train.lr, betas=(train.beta1, train.beta2), eps=train.eps,
+                                 weight_decay=train.weight_decay, decay=lambda k, p: p.ndim >= 2)
+        d_model = int(config["model"].get("d_model", 1))
+        self.schedule = make_schedule(train.schedule, d_model=d_model, warmup=train.warmup, lr=train.lr,
+                                      lr_scale=train.lr_scale, total_steps=train.steps, min_lr=train.min_lr)
+        self.step = 0
+        self.elapsed = 0.0                     # training seconds, all invocations together
+        self.tokens = 0                        # tokens read, all invocations together
+        self.metrics: dict = {}
+        self.data_rng = self.dropout_rng = None
+
+    # -- construction ------------------------------------------------------------------------------
+    @classmethod
+    def start(cls, task, model_config, train: TrainConfig, out_dir, force: bool = False) -> "Trainer":
+        """A new run in ``out_dir``. An existing run there is an error unless ``force`` (then it is replaced)."""
+        out = Path(out_dir)
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(f"--out {out} exists and is not a directory")
+        if out.is_dir() and _has_checkpoint(out):
+            old = read_config(out)
+            if old["task"] != task.name:
+                raise ValueError(f"{out} holds a {old['task']!r} run, not a {task.name!r} run; choose another --out")
+            if not force:
+                raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
+                                 "--force starts over (deleting it)")
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        if isinstance(model_config, dict):
+            model_config = task.model_config(model_config)
+        init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
+                                           np.random.SeedSequence(train.seed).spawn(3))
+        model = task.build_model(model_config, rng=init_rng)
+        config = {"task": task.name, "model_kind": task.model_kind, "model": dataclasses.asdict(model_config),
+                  "train": train.to_dict(), "data": task.to_dict()}
+        self = cls(out, task, model, config, train)
+        self.data_rng, self.dropout_rng = data_rng, dropout_rng
+        atomic_write_json(out / CONFIG, config)
+        (out / EVAL_LOG).unlink(missing_ok=True)
+        self._write_log_header()
+        self.save()                                                      # step 0: a checkpoint exists from the start
+        return self
+
+    @classmethod
+    def resume(cls, out_dir, task_name: str | None = None, overrides: dict | None = None,
+               data_path: str | None = None) -> "Trainer":
+        """Continue the run in ``out_dir`` from its last checkpoint. ``overrides`` may change only
+        the budget and evaluation settings (RESUMABLE)."""
+        from ..data.tasks import get_task, model_config_from_dict
+
+        out = Path(out_dir)
+        config = read_config(out)
+        if task_name is not None and config["task"] != task_name:
+            raise ValueError(f"{out} holds a {config['task']!r} run, not a {task_name!r} run")
+        task_cls = get_task(config["task"])
+        if data_path is not None and config["data"].get("data_path") not in (None, str(Path(data_path).resolve())):
+            raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
+        task = task_cls.from_dict(config["data"])
+        bad = sorted(set(overrides or {}) - set(RESUMABLE))
+        if bad:
+            raise ValueError(f"cannot change {', '.join(bad)} when resuming; only {', '.join(RESUMABLE)}")
+        train = settings_from_dict(TrainConfig, {**config["train"], **(overrides or {})}, what="train")
+        config = {**config, "train": train.to_dict()}
+        model_config = model_config_from_dict(config["model_kind"], config["model"])
+        model = task.build_model(model_config, rng=np.random.default_rng(0))
+        self = cls(out, task, model, config, train)
+        self.load()
+        atomic_write_json(out / CONFIG, config)
+        self._truncate_logs()
+        return self
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self) -> None:
+        state = {"seed": self.cfg.seed, "elapsed_seconds": self.elapsed, "tokens": self.tokens,
+                 "data_rng": _rng_state(self.data_rng), "dropout_rng": _rng_state(self.dropout_rng)}
+        save_checkpoint(self.out, self.model.state_dict(), self.optimizer.state_dict(), state, self.step)
+
+    def load(self) -> None:
+        clean_stale_temporaries(self.out)
+        for name in (MODEL, OPTIMIZER, STATE):
+            if not (self.out / name).is_file():
+                raise FileNotFoundError(f"{self.out} has no {name}: nothing to resume")
+        weights, wmeta = read_safetensors(self.out / MODEL)
+        check_state_matches(self.model.state_dict(), weights, str(self.out / MODEL))
+        opt, ometa = read_safetensors(self.out / OPTIMIZER)
+        state = read_json(self.out / STATE)
+        steps = {MODEL: wmeta.get("step"), OPTIMIZER: ometa.get("step"), STATE: str(state.get("step"))}
+        if len(set(steps.values())) != 1:
+            raise ValueError(f"{self.out}: checkpoint files disagree on the step ({steps}); "
+                             "a save was cut short between renames")
+        self.model.load_state_dict(weights)
+        self.optimizer.load_state_dict(opt)
+        self.step = int(state["step"])
+        self.elapsed = float(state.get("elapsed_seconds", 0.0))
+        self.tokens = int(state.get("tokens", 0))
+        self.data_rng = _rng_from_state(state["data_rng"])
+        self.dropout_rng = _rng_from_state(state["dropout_rng"])
+        if (self.out / METRICS).is_file():
+            self.metrics = read_json(self.out / METRICS)
+
+    # -- logs --------------------------------------------------------------------------------------
+    def _write_log_header(self) -> None:
+        with open(self.out / LOG, "w", newline="") as f:
+            csv.writer(f).writerow(LOG_FIELDS)
+
+    def _truncate_logs(self) -> None:
+        """Drop log rows after the checkpoint's step (the interrupted run took them; we take them again)."""
+        for name in (LOG, EVAL_LOG):
+            path = self.out / name
+            if not path.is_file():
+                continue
+            rows = list(csv.reader(open(path, newline="")))
+            if not rows:
+                continue
+            keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= self.step]
+            buf = io.StringIO()
+            csv.writer(buf).writerows(keep)
+            atomic_write_bytes(path, buf.getvalue().encode("utf-8"))
+
+    def _log_eval(self, metrics: dict) -> None:
+        path = self.out / EVAL_LOG
+        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
+        new = not path.is_file()
+        with open(path, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(["step"] + keys)
+            w.writerow([self.step] + [metrics[k] for k in keys])
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def evaluate(self, n: int | None) -> dict:
+        self.model.eval()
+        try:
+            return self.task.evaluate(self.model, n=n, seed=self.cfg.seed)
+        finally:
+            self.model.train()
+
+    def _record(self, metrics: dict, final: bool, stopped: str | None = None) -> None:
+        self.metrics = {"task": self.task.name, "step": self.step, "final": final,
+                        "primary_metric": self.task.primary_metric, "held_out": metrics,
+                        "elapsed_seconds": round(self.elapsed, 3), "tokens": self.tokens,
+                        "tokens_per_second": round(self.tokens / max(self.elapsed, 1e-9), 1),
+                        "parameters": self.model.num_parameters()}
+        if stopped:
+            self.metrics["stopped"] = stopped
+        self._log_eval(metrics)
+        atomic_write_json(self.out / METRICS, self.metrics)
+
+    def plot(self) -> Path:
+        """curves.png: training loss, learning rate and the held-out metrics against the step."""
+        return plot_run(self.out)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self, progress: bool = True, out=None) -> dict:
+        """Train until the budget ends; returns metrics.json's content. Raises TrainingDiverged on a
+        non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C."""
+        from tqdm.auto import tqdm
+
+        cfg, task, model = self.cfg, self.task, self.model
+        model.train()
+        start = time.monotonic()
+        deadline = start + cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
+        stop_requested = _StopFlag()
+        bar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True,
+                   desc=f"train {task.name}", file=out, mininterval=0.5)
+        log = open(self.out / LOG, "a", newline="")
+        writer = csv.writer(log)
+        ema = None
+        recent_tokens, recent_time = 0, 0.0
+        stopped = "steps"
+        try:
+            with stop_requested:
+                while cfg.steps is None or self.step < cfg.steps:
+                    if time.monotonic() >= deadline:
+                        stopped = "minutes"
+                        break
+                    t0 = time.perf_counter()
+                    step = self.step + 1
+                    lr = self.schedule(step)
+                    batch = task.train_batch(self.data_rng, cfg.batch_size)
+                    loss, grads = task.loss(model, batch, self.dropout_rng, cfg.label_smoothing)
+                    loss = float(loss)
+                    norm = (clip_by_global_norm(grads, cfg.clip_norm) if cfg.clip_norm is not None
+                            else _norm(grads))
+                    if not (math.isfinite(loss) and math.isfinite(norm)):
+                        what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {norm}"
+                        log.flush()
+                        raise TrainingDiverged(
+                            f"{what} at step {step}; training stopped. The last good checkpoint "
+                            f"(step {_saved_step(self.out)}) is kept in {self.out}")
+                    self.optimizer.step(grads, lr=lr)
+                    dt = time.perf_counter() - t0
+                    self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
+                    writer.writerow([step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens,
+                                     f"{self.elapsed:.3f}"])
+                    ema = loss if ema is None else 0.95 * ema + 0.05 * loss
+                    recent_tokens, recent_time = 0.9 * recent_tokens + batch.n_tokens, 0.9 * recent_time + dt
+                    bar.update(1)
+                    bar.set_postfix_str(f"loss {ema:.4f}  lr {lr:.2e}  {recent_tokens / recent_time:,.0f} tok/s",
+                                        refresh=False)
+                    if stop_requested.is_set():
+                        stopped = "interrupted"
+                        break
+                    if step % cfg.eval_every == 0 and step != cfg.steps:
+                        log.flush()
+                        metrics = self.evaluate(cfg.eval_n)
+                        self._record(metrics, final=False)
+                        self.save()
+                        bar.write(f"step {step}: held-out " + _fmt(metrics))
+            log.flush()
+            if stopped == "interrupted":
+                self.save()
+                bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
+                raise KeyboardInterrupt
+            metrics = self.evaluate(None)
+            self._record(metrics, final=True, stopped=stopped)
+            self.save()
+            bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+        finally:
+            bar.close()
+            log.close()
+            try:
+                self.plot()
+            except Exception as e:  # a plotting problem must not hide the training result
+                print(f"(could not draw {CURVES}: {e})")
+        return self.metrics
+
+
+def _fmt(metrics: dict) -> str:
+    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+
+
+def _norm(grads) -> float:
+    from .clip import global_norm
+    return global_norm(grads)
+
+
+def _saved_step(out: Path) -> int | str:
+    try:
+        return int(read_json(out / STATE)["step"])
+    except (OSError, ValueError, KeyError):
+        return "none"
+
+
+class _StopFlag:
+    """Ctrl-C during training: the first finishes the step and saves, the second aborts at once."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._old = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def _handler(self, signum, frame) -> None:
+        if self._set:
+            raise KeyboardInterrupt
+        self._set = True
+        print("\nstopping after this step and saving (Ctrl-C again to abort without saving)", flush=True)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def read_log(run_dir) -> dict[str, np.ndarray]:
+    """log.csv as columns of float arrays (step, loss, lr, grad_norm, tokens, seconds)."""
+    rows = list(csv.DictReader(open(Path(run_dir) / LOG, newline="")))
+    return {k: np.array([float(r[k]) for r in rows]) for k in LOG_FIELDS}
+
+
+def plot_run(run_dir) -> Path:
+    """Draw the run's curves into curves.png (atomically); returns its path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    log = read_log(run_dir)
+    evals = list(csv.DictReader(open(run_dir / EVAL_LOG, newline=""))) if (run_dir / EVAL_LOG).is_file() else []
+    config = read_json(run_dir / CONFIG)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax = axes[0]
+    if len(log["step"]):
+        ax.plot(log["step"], log["loss"], lw=0.6, alpha=0.35, color="C0", label="train (each step)")
+        k = max(1, len(log["loss"]) // 50)
+        smooth = np.convolve(log["loss"], np.ones(k) / k, mode="valid")
+        ax.plot(log["step"][k - 1:], smooth, color="C0", label=f"train (mean of {k})")
+    if evals and "loss" in evals[0]:
+        ax.plot([float(r["step"]) for r in evals], [float(r["loss"]) for r in evals], "o-", color="C3",
+                ms=3, label="held-out")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title="loss", yscale="log")
+    ax.legend(fontsize=8)
+    axes[1].plot(log["step"], log["lr"], color="C2")
+    axes[1].set(xlabel="step", ylabel="learning rate", title=f"schedule: {config['train']['schedule']}")
+    ax = axes[2]
+    metric_keys = [k for k in (evals[0].keys() if evals else []) if k not in ("step", "loss", "n")]
+    for i, key in enumerate(metric_keys):
+        ax.plot([float(r["step"]) for r in evals], [float(r[key]) for r in evals], "o-", ms=3,
+                color=f"C{i + 4}", label=key)
+    ax.set(xlabel="step", title="held-out metrics")
+    if metric_keys:
+        ax.legend(fontsize=8)
+    fig.suptitle(f"npformer train {config['task']}")
+    fig.tight_layout()
+    path = run_dir / CURVES
+    atomic_savefig(fig, path, dpi=110)
+    plt.close(fig)
+    return path
