@@ -1,0 +1,145 @@
+"""A Vision Transformer classifier (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
+
+    tokens = [CLS] + linear(patches) + positions       (npformer.nn.patches)
+    h      = Encoder(tokens)                           (the paper's encoder stack, pre-LN by default)
+    logits = head(norm(h[:, 0]))                       ([CLS] output; or the mean over patches)
+
+Pre-LN (``norm_first=True``) is the default, as in ViT: each sub-layer reads norm(x) and the
+residual stream is normalised once at the end (``encoder.norm``). Post-LN (the 2017 paper's
+order) is available and then the layers' own norms end the stack.
+
+Keys: ``patch_embed.{weight,bias,cls_token,pos_embed}``, ``encoder.layers.N...``,
+``encoder.norm.*`` (pre-LN), ``head.{weight,bias}``.
+Dimension legend: B batch, H/W/C image, T tokens, E model width, K classes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..nn import Encoder, Linear, Module, add_grads
+from ..nn.patches import PatchEmbedding
+from ..ops import cross_entropy_backward, cross_entropy_forward
+from .config import Config, check_bool, check_choice, check_float, check_heads, check_int, check_rng, make_rng
+
+
+@dataclass
+class ViTConfig(Config):
+    image_size: int = 8            # square images, pixels per side
+    patch_size: int = 2            # P: a P x P patch becomes one token
+    in_channels: int = 1           # C: 1 grey, 3 RGB
+    n_classes: int = 10            # K: classifier outputs
+    d_model: int = 64              # E: token width
+    n_heads: int = 4               # attention heads per layer
+    d_ff: int = 128                # feed-forward inner width
+    n_layers: int = 3              # encoder layers
+    dropout: float = 0.1           # dropout on tokens, attention weights and sub-layer outputs
+    positional: str = "learned"    # "learned" table or fixed "sinusoidal" 2-D positions
+    activation: str = "gelu"       # feed-forward non-linearity, "gelu" or "relu"
+    norm_first: bool = True        # pre-LN (ViT) or post-LN (the original Transformer)
+    pool: str = "cls"              # classify from the [CLS] token or the "mean" of the patch tokens
+    eps: float = 1e-5              # LayerNorm epsilon
+
+    def __post_init__(self) -> None:
+        for name in ("image_size", "patch_size", "in_channels", "n_classes", "d_model", "n_heads", "d_ff",
+                     "n_layers"):
+            check_int(name, getattr(self, name))
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
+        check_heads(self.d_model, self.n_heads)
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        check_choice("positional", self.positional, ("learned", "sinusoidal"))
+        if self.positional == "sinusoidal" and self.d_model % 4:
+            raise ValueError(f"2-D sinusoidal positions need d_model divisible by 4, got {self.d_model}")
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_bool("norm_first", self.norm_first)
+        check_choice("pool", self.pool, ("cls", "mean"))
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+class ViT(Module):
+    def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+        super().__init__()
+        if not isinstance(config, ViTConfig):
+            raise TypeError(f"config must be a ViTConfig, got {type(config).__name__}")
+        rng = make_rng(rng)
+        self.config = c = config
+        self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
+                                                      cls_token=c.pool == "cls", positional=c.positional,
+                                                      dropout=c.dropout, rng=rng, dtype=dtype))
+        self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
+                                           c.norm_first, final_norm=c.norm_first, eps=c.eps, rng=rng, dtype=dtype))
+        self.add_module("head", Linear(c.d_model, c.n_classes, rng=rng, dtype=dtype))
+
+    def check_inputs(self, images, rng=None) -> np.ndarray:
+        """Validate images ((B, H, W, C) in the model's dtype, finite) and the rng."""
+        check_rng(self, rng, self.config.dropout)
+        c = self.config
+        if not isinstance(images, np.ndarray) or images.ndim != 4 or \
+                images.shape[1:] != (c.image_size, c.image_size, c.in_channels) or not len(images):
+            raise ValueError(f"images must be an array of shape (B, {c.image_size}, {c.image_size}, "
+                             f"{c.in_channels}), got {getattr(images, 'shape', type(images).__name__)}")
+        if images.dtype != self.dtype:
+            raise TypeError(f"images must have the model's dtype {self.dtype}, got {images.dtype}")
+        if not np.isfinite(images).all():
+            raise ValueError("images contain NaN or inf")
+        return images
+
+    def forward(self, images: np.ndarray, rng=None):
+        """images (B, H, W, C) in the model's dtype -> (logits (B, K), cache)."""
+        images = self.check_inputs(images, rng)
+        x, c_embed = self.patch_embed.forward(images, rng)        # (B, T, E)
+        h, c_enc = self.encoder.forward(x, rng=rng)               # (B, T, E)
+        pooled = h[:, 0] if self.config.pool == "cls" else h.mean(axis=1)  # (B, E)
+        logits, c_head = self.head.forward(pooled)                # (B, K)
+        return logits, (c_embed, c_enc, c_head, h.shape)
+
+    def backward(self, dlogits: np.ndarray, cache) -> dict:
+        """dlogits (B, K) -> grads, one per state_dict key."""
+        c_embed, c_enc, c_head, h_shape = cache
+        grads: dict = {}
+        dpooled, g = self.head.backward(dlogits, c_head)          # (B, E)
+        add_grads(grads, g, "head")
+        dh = np.zeros(h_shape, dtype=dlogits.dtype)                # (B, T, E)
+        if self.config.pool == "cls":
+            dh[:, 0] = dpooled
+        else:
+            dh += dpooled[:, None, :] / dlogits.dtype.type(h_shape[1])
+        dx, g = self.encoder.backward(dh, c_enc)
+        add_grads(grads, g, "encoder")
+        _, g = self.patch_embed.backward(dx, c_embed)
+        add_grads(grads, g, "patch_embed")
+        return grads
+
+    def loss(self, images: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0, rng=None):
+        """Mean cross-entropy of the class logits; returns (loss float, grads)."""
+        labels = np.asarray(labels)
+        if labels.dtype.kind not in "iu" or labels.shape != images.shape[:1]:
+            raise ValueError(f"labels must be integer class ids of shape {images.shape[:1]}, "
+                             f"got {labels.dtype} {labels.shape}")
+        if labels.size and (labels.min() < 0 or labels.max() >= self.config.n_classes):
+            raise ValueError(f"labels hold class ids outside [0, {self.config.n_classes}): "
+                             f"min {labels.min()}, max {labels.max()}")
+        logits, cache = self.forward(images, rng)
+        loss, lc = cross_entropy_forward(logits, labels, label_smoothing=label_smoothing)
+        grads = self.backward(cross_entropy_backward(1.0, lc), cache)
+        return float(loss), grads
+
+    def predict(self, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Class ids (B,) in eval mode, in batches."""
+        was_training = self.training
+        self.eval()
+        out = [self.forward(images[i:i + batch_size])[0].argmax(-1) for i in range(0, len(images), batch_size)]
+        self.train(was_training)
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    @staticmethod
+    def attention_weights(cache) -> list[dict]:
+        """One {"self": (B, H, T, T)} per layer (as EncoderClassifier); token 0 is [CLS] when pool == "cls"."""
+        return Encoder.attention_weights(cache[1])

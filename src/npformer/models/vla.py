@@ -1,0 +1,184 @@
+"""A tiny vision-language-action policy: one transformer reads words and image patches as one sequence.
+
+    seq = [PICK, PLACE]                         two learned action query tokens
+        + words    E_w[ids] * sqrt(E) + P_w[i] + type[word]
+        + patches  W patch + b + P_p[n] + type[patch]       (npformer.nn.patches)
+    h   = Encoder(seq)                          pre-LN, padded words masked as keys
+    pick_logits  = pick_head(h[PICK])           over the 16 cells
+    place_logits = place_head(h[PLACE])
+
+Each token carries its own position information (a word table over word positions, a patch
+table over the grid) and a type embedding that says which kind of token it is. The action
+tokens read everything through attention, so their attention weights show what the policy
+looked at to act.
+
+Keys: ``action_queries`` (1, 2, E), ``word_embed.tok.weight``, ``word_embed.pos.weight``,
+``patch_embed.{weight,bias,pos_embed}``, ``type_embed.weight`` (2, E), ``encoder.*``,
+``pick_head.*``, ``place_head.*``.
+Dimension legend: B batch, L words, N patches (= cells), T = 2 + L + N tokens, E width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..nn import Embedding, Embeddings, Encoder, Linear, Module, add_grads
+from ..nn.patches import PatchEmbedding
+from ..ops import cross_entropy_backward, cross_entropy_forward
+from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int, check_pad_id,
+                     check_rng, make_rng)
+
+N_ACTIONS = 2                      # pick, place
+
+
+@dataclass
+class VLAConfig(Config):
+    vocab_size: int                # word vocabulary, id pad_id is padding
+    max_words: int = 16            # L: instructions are padded to this many words
+    image_size: int = 32           # square RGB images, pixels per side
+    patch_size: int = 8            # P: one patch per grid cell
+    in_channels: int = 3           # C
+    d_model: int = 64              # E: token width
+    n_heads: int = 4               # attention heads per layer
+    d_ff: int = 128                # feed-forward inner width
+    n_layers: int = 3              # encoder layers
+    dropout: float = 0.0           # dropout on tokens, attention weights and sub-layer outputs
+    activation: str = "gelu"       # feed-forward non-linearity
+    norm_first: bool = True        # pre-LN (with a final norm) or post-LN
+    pad_id: int = 0                # padding word id, masked out as a key
+    eps: float = 1e-5              # LayerNorm epsilon
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "d_model", "n_heads",
+                     "d_ff", "n_layers"):
+            check_int(name, getattr(self, name))
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
+        check_heads(self.d_model, self.n_heads)
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_bool("norm_first", self.norm_first)
+        check_pad_id(self.pad_id, self.vocab_size)
+        if self.eps <= 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+
+    @property
+    def n_cells(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+class VLA(Module):
+    WORD, PATCH = 0, 1             # rows of type_embed
+
+    def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+        super().__init__()
+        if not isinstance(config, VLAConfig):
+            raise TypeError(f"config must be a VLAConfig, got {type(config).__name__}")
+        rng = make_rng(rng)
+        self.config = c = config
+        self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
+        self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional="learned",
+                                                 dropout=c.dropout, rng=rng, dtype=dtype))
+        self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
+                                                      cls_token=False, positional="learned", dropout=c.dropout,
+                                                      rng=rng, dtype=dtype))
+        self.add_module("type_embed", Embedding(2, c.d_model, rng=rng, dtype=dtype, std=0.02))
+        self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
+                                           c.norm_first, final_norm=c.norm_first, eps=c.eps, rng=rng, dtype=dtype))
+        self.add_module("pick_head", Linear(c.d_model, c.n_cells, rng=rng, dtype=dtype))
+        self.add_module("place_head", Linear(c.d_model, c.n_cells, rng=rng, dtype=dtype))
+
+    def layout(self, n_words: int) -> dict:
+        """Where each kind of token sits in the sequence: name -> slice."""
+        a, n = N_ACTIONS, self.config.n_cells
+        return {"actions": slice(0, a), "words": slice(a, a + n_words), "patches": slice(a + n_words, a + n_words + n)}
+
+    def check_inputs(self, word_ids, images, rng=None):
+        """Validate word ids ((B, L) ints in the vocabulary, L <= max_words), images ((B, H, W, C) in the
+        model's dtype, finite) and the rng. Returns (word_ids, images)."""
+        c = self.config
+        check_rng(self, rng, c.dropout)
+        word_ids = check_ids(word_ids, "word_ids", c.vocab_size, c.max_words)
+        if not isinstance(images, np.ndarray) or images.shape != (len(word_ids), c.image_size, c.image_size,
+                                                                  c.in_channels):
+            raise ValueError(f"images must be an array of shape ({len(word_ids)}, {c.image_size}, {c.image_size}, "
+                             f"{c.in_channels}) to go with word_ids {word_ids.shape}, "
+                             f"got {getattr(images, 'shape', type(images).__name__)}")
+        if images.dtype != self.dtype:
+            raise TypeError(f"images must have the model's dtype {self.dtype}, got {images.dtype}")
+        if not np.isfinite(images).all():
+            raise ValueError("images contain NaN or inf")
+        return word_ids, images
+
+    def forward(self, word_ids: np.ndarray, images: np.ndarray, rng=None):
+        """word_ids (B, L) int, images (B, H, W, C) -> (logits (B, 2, N): pick and place over cells, cache)."""
+        c = self.config
+        word_ids, images = self.check_inputs(word_ids, images, rng)
+        b, n_words = word_ids.shape
+        tw = self.type_embed.params["weight"]                     # (2, E)
+        xw, c_w = self.word_embed.forward(word_ids, rng)          # (B, L, E)
+        xp, c_p = self.patch_embed.forward(images, rng)           # (B, N, E)
+        xa = np.broadcast_to(self.params["action_queries"], (b, N_ACTIONS, c.d_model))  # (B, 2, E)
+        x = np.concatenate([xa, xw + tw[self.WORD], xp + tw[self.PATCH]], axis=1)     # (B, T, E)
+        keep = np.ones((b, x.shape[1]), dtype=bool)               # (B, T): padded words are not keys
+        keep[:, self.layout(n_words)["words"]] = word_ids != c.pad_id
+        h, c_enc = self.encoder.forward(x, mask=keep[:, None, None, :], rng=rng)  # (B, T, E)
+        pick, c_pick = self.pick_head.forward(h[:, 0])            # (B, N)
+        place, c_place = self.place_head.forward(h[:, 1])         # (B, N)
+        logits = np.stack([pick, place], axis=1)                  # (B, 2, N)
+        return logits, (c_w, c_p, c_enc, c_pick, c_place, h.shape, n_words)
+
+    def backward(self, dlogits: np.ndarray, cache) -> dict:
+        """dlogits (B, 2, N) -> grads, one per state_dict key."""
+        c_w, c_p, c_enc, c_pick, c_place, h_shape, n_words = cache
+        lay = self.layout(n_words)
+        grads: dict = {}
+        dh = np.zeros(h_shape, dtype=dlogits.dtype)               # (B, T, E)
+        dh[:, 0], g = self.pick_head.backward(dlogits[:, 0], c_pick)
+        add_grads(grads, g, "pick_head")
+        dh[:, 1], g = self.place_head.backward(dlogits[:, 1], c_place)
+        add_grads(grads, g, "place_head")
+        dx, g = self.encoder.backward(dh, c_enc)                  # (B, T, E)
+        add_grads(grads, g, "encoder")
+        grads["action_queries"] = dx[:, lay["actions"]].sum(axis=0, keepdims=True)  # (1, 2, E)
+        dxw, dxp = dx[:, lay["words"]], dx[:, lay["patches"]]
+        dtype_w = np.zeros_like(self.type_embed.params["weight"])  # (2, E)
+        dtype_w[self.WORD] = dxw.sum(axis=(0, 1))
+        dtype_w[self.PATCH] = dxp.sum(axis=(0, 1))
+        grads["type_embed.weight"] = dtype_w
+        _, g = self.word_embed.backward(dxw, c_w)
+        add_grads(grads, g, "word_embed")
+        _, g = self.patch_embed.backward(dxp, c_p)
+        add_grads(grads, g, "patch_embed")
+        return grads
+
+    def loss(self, word_ids, images, actions, label_smoothing: float = 0.0, rng=None):
+        """Mean cross-entropy over both action tokens; actions (B, 2) int [pick, place]. Returns (loss, grads)."""
+        actions = np.asarray(actions)
+        n_cells = self.config.n_cells
+        if actions.dtype.kind not in "iu" or actions.shape != (len(word_ids), N_ACTIONS):
+            raise ValueError(f"actions must be integer (pick, place) cells of shape ({len(word_ids)}, 2), "
+                             f"got {actions.dtype} {actions.shape}")
+        if actions.min() < 0 or actions.max() >= n_cells:
+            raise ValueError(f"actions hold cells outside [0, {n_cells}): min {actions.min()}, max {actions.max()}")
+        logits, cache = self.forward(word_ids, images, rng)       # (B, 2, N)
+        b, a, n = logits.shape
+        loss, lc = cross_entropy_forward(logits.reshape(b * a, n), actions.reshape(b * a),
+                                         label_smoothing=label_smoothing)
+        dlogits = cross_entropy_backward(1.0, lc).reshape(b, a, n)
+        return float(loss), self.backward(dlogits, cache)
+
+    def act(self, word_ids: np.ndarray, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Predicted (pick, place) cells (B, 2), in eval mode, in batches."""
+        was_training = self.training
+        self.eval()
+        out = [self.forward(word_ids[i:i + batch_size], images[i:i + batch_size])[0].argmax(-1)
+               for i in range(0, len(word_ids), batch_size)]
+        self.train(was_training)
+        return np.concatenate(out) if out else np.zeros((0, N_ACTIONS), dtype=np.int64)
+
+    @staticmethod
+    def attention_weights(cache) -> list[dict]:
+        """One {"self": (B, H, T, T)} per layer; ``layout`` says which tokens are actions, words, patches."""
+        return Encoder.attention_weights(cache[2])

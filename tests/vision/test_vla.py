@@ -1,0 +1,117 @@
+"""VLA: action logits, loss and every parameter gradient against a torch reference (float64),
+plus central finite differences on a few parameters of each kind."""
+import numpy as np
+import pytest
+
+from npformer.models.vla import VLA, VLAConfig
+
+torch = pytest.importorskip("torch")
+
+RTOL = 1e-8
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def torch_vla(params: dict, c: VLAConfig, ids, images):
+    """The same policy written with torch's own ops and TransformerEncoderLayer, from npformer's weights."""
+    import math
+    b, n_words = ids.shape
+    e = c.d_model
+    xw = params["word_embed.tok.weight"][ids] * math.sqrt(e) + params["word_embed.pos.weight"][:n_words]
+    xp = torch.nn.functional.conv2d(images.permute(0, 3, 1, 2), params["patch_embed.weight"],
+                                    params["patch_embed.bias"], stride=c.patch_size).flatten(2).transpose(1, 2)
+    xp = xp + params["patch_embed.pos_embed"]
+    t = params["type_embed.weight"]
+    x = torch.cat([params["action_queries"].expand(b, -1, -1), xw + t[0], xp + t[1]], dim=1)
+    pad = torch.zeros(b, x.shape[1], dtype=torch.bool)
+    pad[:, 2:2 + n_words] = ids == c.pad_id
+    for i in range(c.n_layers):
+        layer = torch.nn.TransformerEncoderLayer(e, c.n_heads, c.d_ff, dropout=0.0, activation=c.activation,
+                                                 batch_first=True, norm_first=c.norm_first).double()
+        sd = {k: params[f"encoder.layers.{i}." + k.replace("linear", "ffn.linear")]
+              for k, _ in layer.named_parameters()}
+        # functional_call runs torch's layer on npformer's tensors, so their grads are the reference
+        x = torch.func.functional_call(layer, sd, (x,), {"src_key_padding_mask": pad})
+    if c.norm_first:
+        x = torch.nn.functional.layer_norm(x, (e,), params["encoder.norm.weight"], params["encoder.norm.bias"])
+    pick = x[:, 0] @ params["pick_head.weight"].T + params["pick_head.bias"]
+    place = x[:, 1] @ params["place_head.weight"].T + params["place_head.bias"]
+    return torch.stack([pick, place], dim=1)
+
+
+def small_model(norm_first=True, rng=0):
+    cfg = VLAConfig(vocab_size=9, max_words=5, image_size=8, patch_size=4, d_model=8, n_heads=2, d_ff=12,
+                    n_layers=2, norm_first=norm_first)
+    model = VLA(cfg, rng=rng).astype(np.float64).eval()
+    r = np.random.default_rng(rng)
+    for k, p in model.state_dict().items():   # non-zero biases, queries and affines: every path exercised
+        p += 0.1 * r.standard_normal(p.shape)
+    return cfg, model
+
+
+def batch(cfg, rng):
+    ids = rng.integers(1, cfg.vocab_size, (3, cfg.max_words))
+    ids[0, 3:] = cfg.pad_id                       # padded instructions
+    ids[2, 4:] = cfg.pad_id
+    images = rng.random((3, cfg.image_size, cfg.image_size, 3))
+    actions = rng.integers(0, cfg.n_cells, (3, 2))
+    return ids, images, actions
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_vla_logits_loss_and_every_gradient(norm_first):
+    cfg, model = small_model(norm_first)
+    ids, images, actions = batch(cfg, np.random.default_rng(1))
+    logits, _ = model.forward(ids, images)
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in model.state_dict().items()}
+    logits_t = torch_vla(tp, cfg, torch.tensor(ids), torch.tensor(images))
+    assert rel_err(logits, logits_t.detach()) < RTOL
+
+    loss, grads = model.loss(ids, images, actions, label_smoothing=0.1)
+    loss_t = torch.nn.functional.cross_entropy(logits_t.reshape(-1, cfg.n_cells), torch.tensor(actions).reshape(-1),
+                                               label_smoothing=0.1)
+    loss_t.backward()
+    assert abs(loss - loss_t.item()) < 1e-12
+    assert set(grads) == set(tp)
+    for k, g in grads.items():
+        assert g.shape == tp[k].shape, k
+        assert rel_err(g, tp[k].grad) < RTOL, (k, rel_err(g, tp[k].grad))
+
+
+def test_vla_finite_differences_and_padding():
+    cfg, model = small_model()
+    rng = np.random.default_rng(2)
+    ids, images, actions = batch(cfg, rng)
+    _, grads = model.loss(ids, images, actions)
+    h = 1e-6
+    for k, p in model.state_dict().items():
+        for idx in [tuple(rng.integers(0, n) for n in p.shape) for _ in range(2)]:
+            old = p[idx]
+            p[idx] = old + h
+            up = model.loss(ids, images, actions)[0]
+            p[idx] = old - h
+            down = model.loss(ids, images, actions)[0]
+            p[idx] = old
+            assert abs((up - down) / (2 * h) - grads[k][idx]) < 1e-7, k
+    # padded words are never attended to
+    _, cache = model.forward(ids, images)
+    w = model.attention_weights(cache)[0]["self"]          # (B, H, T, T)
+    assert np.all(w[0, :, :, 2 + 3:2 + 5] == 0) and np.all(w[2, :, :, 2 + 4] == 0)
+
+
+def test_vla_shapes_and_config():
+    cfg = VLAConfig(vocab_size=30)
+    model = VLA(cfg)
+    assert model.layout(16) == {"actions": slice(0, 2), "words": slice(2, 18), "patches": slice(18, 34)}
+    ids = np.zeros((2, 16), np.int64)
+    ids[:, :3] = [5, 6, 7]
+    logits, _ = model.forward(ids, np.zeros((2, 32, 32, 3), np.float32))
+    assert logits.shape == (2, 2, 16) and logits.dtype == np.float32
+    assert model.act(ids, np.zeros((2, 32, 32, 3), np.float32)).shape == (2, 2)
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        VLAConfig(vocab_size=30, d_model=10)
+    with pytest.raises(ValueError, match="pad_id"):
+        VLAConfig(vocab_size=3, pad_id=3)
