@@ -7,9 +7,10 @@ from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, lengths_mask, padding_mask
 from .module import Module, ModuleList, add_grads
 from .stacks import Decoder, Encoder
+from .transformer import TransformerStack
 
 __all__ = [
     "Decoder", "DecoderLayer", "Dropout", "Embedding", "Embeddings", "Encoder", "EncoderLayer",
-    "FeedForward", "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention",
+    "FeedForward", "LayerNorm", "Linear", "Module", "ModuleList", "MultiHeadAttention", "TransformerStack",
     "add_grads", "causal_mask", "lengths_mask", "merge_heads", "padding_mask", "split_heads",
 ]

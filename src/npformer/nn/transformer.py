@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .module import Module, add_grads
-from .stacks import Decoder, Encoder
+from .stacks import Decoder, Encoder, _width_heads
 
 
 class TransformerStack(Module):
@@ -90,9 +90,7 @@ class TransformerStack(Module):
         """
         from ..interop.conventions import check_input, check_same_batching
 
-        e = self.encoder.layers[0].self_attn.d_model if len(self.encoder.layers) else None
-        if e is None:
-            raise ValueError("TransformerStack has no encoder layers to call")
+        e, _ = _width_heads(self.decoder)
         x_src = check_input(src, "src", self.dtype, e)
         x_tgt = check_input(tgt, "tgt", self.dtype, e)
         check_same_batching(x_src, "src", x_tgt, "tgt")
