@@ -19,8 +19,13 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
 
     Every row ignored gives a NaN loss, as torch does (0 / 0)."""
     n, c = logits.shape
-    logp = log_softmax(logits)                                     # (N, C)
     valid = targets != ignore_index                                # (N,)
+    # a negative target would index from the end without a word: check before computing
+    bad = valid & ((targets < 0) | (targets >= c))
+    if bad.any():
+        raise ValueError(f"targets must lie in [0, {c}) or equal ignore_index={ignore_index}, "
+                         f"got {targets[bad][0]} (targets shape {targets.shape}, logits shape {logits.shape})")
+    logp = log_softmax(logits)                                     # (N, C)
     safe_t = np.where(valid, targets, 0)                           # (N,)
     nll = -logp[np.arange(n), safe_t]                              # (N,)
     eps = logits.dtype.type(label_smoothing)
