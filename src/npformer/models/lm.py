@@ -19,7 +19,7 @@ from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from ..ops import linear_backward, linear_forward
 from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
                      check_pad_id, check_rng, make_rng)
-from .transformer import sequence_loss
+from .transformer import accumulate, sequence_loss
 
 
 @dataclass
@@ -121,16 +121,15 @@ class DecoderLM(Module):
         grads: dict = {}
         if self.config.tie_output:
             dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
+            # tied weights: the table's gradient starts as the projection's; the lookup's is ADDED below
+            grads["embed.tok.weight"] = dw_out
         else:
             dh, g_gen = self.generator.backward(dlogits, c_out)
             add_grads(grads, g_gen, "generator")
         dx, g_blocks = self.blocks.backward(dh, c_blocks)                   # (B, T, E)
         add_grads(grads, g_blocks, "blocks")
         _, g_emb = self.embed.backward(dx, c_emb)
-        add_grads(grads, g_emb, "embed")
-        if self.config.tie_output:
-            # tied weights: the projection's gradient is ADDED to the embedding table's
-            grads["embed.tok.weight"] = grads["embed.tok.weight"] + dw_out
+        accumulate(grads, g_emb, "embed")
         return grads, {"embeddings": dx}
 
     def attention_weights(self, cache) -> list[dict]:

@@ -83,6 +83,18 @@ def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, la
     return float(flat), dlogits
 
 
+def accumulate(grads: dict, new: dict, prefix: str) -> dict:
+    """``add_grads`` that adds in place when a key is already there. Only for arrays this
+    backward pass made: it saves a fresh (V, E) copy per tied or shared embedding table."""
+    for k, g in new.items():
+        key = f"{prefix}.{k}"
+        if key in grads:
+            grads[key] += g
+        else:
+            grads[key] = g
+    return grads
+
+
 class Transformer(Module):
     """Encoder-decoder Transformer. ``Transformer(TransformerConfig())`` is the paper's base model."""
 
@@ -208,8 +220,12 @@ class Transformer(Module):
         ``tgt_embeddings`` (B, T, E), and to the encoder output ``memory`` (B, S, E)."""
         (c_src_emb, c_enc), (c_tgt_emb, c_dec, c_out) = cache
         grads: dict = {}
+        table = f"{self._tgt_name}.tok.weight"
         if self.config.tie_output:
             dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
+            # tied weights (paper 3.4): the table's gradient starts as the projection's; the
+            # embedding lookups' gradients are ADDED to it below
+            grads[table] = dw_out
         else:
             dh, g_gen = self.generator.backward(dlogits, c_out)
             add_grads(grads, g_gen, "generator")
@@ -218,12 +234,9 @@ class Transformer(Module):
         dx, g_enc = self.encoder.backward(dmemory, c_enc)                   # (B, S, E)
         add_grads(grads, g_enc, "encoder")
         _, g_tgt = self.tgt_embedding.backward(dy, c_tgt_emb)
-        add_grads(grads, g_tgt, self._tgt_name)
+        accumulate(grads, g_tgt, self._tgt_name)                            # + the target lookup's
         _, g_src = self.src_embedding.backward(dx, c_src_emb)
-        add_grads(grads, g_src, self._src_name)      # shared embeddings: summed with the target's
-        if self.config.tie_output:
-            # tied weights (paper 3.4): the projection's gradient is ADDED to the embedding table's
-            grads[f"{self._tgt_name}.tok.weight"] = grads[f"{self._tgt_name}.tok.weight"] + dw_out
+        accumulate(grads, g_src, self._src_name)                            # shared table: + the source lookup's
         return grads, {"src_embeddings": dx, "tgt_embeddings": dy, "memory": dmemory}
 
     # -- inspection -----------------------------------------------------------------------------
