@@ -1,0 +1,22 @@
+"""``npformer lesson [--section N]``: the lesson's four demonstrations through npformer's own
+functions, each printed with the lesson's lines and then taken one step further."""
+from __future__ import annotations
+
+from . import CLIError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("lesson", help="the lesson's attention demonstrations, run through the library",
+                              description=__doc__.split("\n\n")[0].replace("``", ""))
+    p.add_argument("--section", type=int, metavar="N",
+                   help="run only section N: 1 attention weights, 2 square-root scaling, "
+                        "3 heads and layer norm, 4 order and positions")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from .. import lesson
+    if args.section is not None and args.section not in lesson.RUNNERS:
+        raise CLIError(f"--section must be 1, 2, 3 or 4, got {args.section}")
+    lesson.run(args.section)
+    return 0
