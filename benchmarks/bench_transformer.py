@@ -93,8 +93,7 @@ def main() -> None:
     ts, tt, to = (torch.tensor(a) for a in (src, tgt_in, tgt_out))
     model.eval(), ref.eval()
     np_loss = model.loss(src, tgt_in, tgt_out)[0]
-    with torch.no_grad():
-        t_loss = ref(ts, tt, to).item()
+    t_loss = ref(ts, tt, to).item()        # with grad on: torch's inference fast path would differ in work
     model.train(), ref.train()
 
     step_rng = np.random.default_rng(1)
@@ -120,7 +119,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"base Transformer forward+backward, batch {B} x {S} source / {T} target tokens, shared vocab {V}, "
           f"float32, {model.num_parameters():,} parameters")
-    print(f"numpy {np.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+    print(f"numpy {np.__version__}, torch {torch.__version__} (threads: {torch.get_num_threads()}), "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.steps} steps after {args.warmup} warm-ups")
     print(f"same weights, eval-mode loss: npformer {np_loss:.6f}  torch {t_loss:.6f}")
     for k in ("npformer", "torch"):

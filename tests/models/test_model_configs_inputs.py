@@ -36,7 +36,8 @@ def test_config_json_round_trip(cfg, tmp_path):
 
 def test_default_config_is_the_paper_base():
     c = TransformerConfig()
-    assert (c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers, c.dropout) == (512, 8, 2048, 6, 6, 0.1)
+    assert (c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers) == (512, 8, 2048, 6, 6)
+    assert c.dropout == 0.1 and c.src_vocab_size == c.tgt_vocab_size == 37000
     assert (c.norm_first, c.use_final_norm, c.share_embeddings, c.tie_output, c.positional) == (
         False, False, True, True, "sinusoidal")
 

@@ -9,6 +9,7 @@ from models_reference import (RTOL, TorchClassifier, TorchLM, compare_grads, fin
                               load_into_torch, padded_ids, randomize, rel_err)
 
 from npformer.models import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig  # noqa: E402
+from npformer.models.transformer import sequence_loss  # noqa: E402
 
 F = torch.nn.functional
 
@@ -37,7 +38,6 @@ def test_lm_matches_torch(name):
     load_into_torch(model, ref)
     logits, cache = model.forward(ids_in)
     loss, grads = model.loss(ids_in, ids_out, label_smoothing=ls)
-    from npformer.models.transformer import sequence_loss
     _, dlogits = sequence_loss(logits, ids_out, cfg.pad_id, ls)
     _, dinputs = model.backward_with_inputs(dlogits, cache)
 
@@ -92,7 +92,6 @@ def test_classifier_matches_torch(name):
     assert logits.shape == ((b, t, cfg.n_classes) if tagging else (b, cfg.n_classes))
     assert rel_err(logits, t_logits.detach()) <= 1e-10
     assert rel_err(loss, t_loss.item()) <= RTOL
-    from npformer.models.transformer import sequence_loss
     masked = np.where(ids == cfg.pad_id, -100, labels) if tagging else labels
     _, dlogits = sequence_loss(logits, masked, -100, ls)
     _, dinputs = model.backward_with_inputs(dlogits, cache)

@@ -9,6 +9,7 @@ from models_reference import (RTOL, TorchSeq2Seq, compare_grads, finite_differen
                               load_into_torch, padded_ids, randomize, rel_err)
 
 from npformer.models import Transformer, TransformerConfig  # noqa: E402
+from npformer.models.transformer import sequence_loss  # noqa: E402
 
 SMALL = dict(d_model=16, n_heads=4, d_ff=24, n_encoder_layers=2, n_decoder_layers=2, max_len=12)
 
@@ -54,7 +55,6 @@ def test_transformer_matches_torch(name):
 
     logits, cache = model.forward(src, tgt_in)
     loss, grads = model.loss(src, tgt_in, tgt_out, label_smoothing=ls)
-    from npformer.models.transformer import sequence_loss
     _, dlogits = sequence_loss(logits, tgt_out, cfg.pad_id, ls)
     grads2, dinputs = model.backward_with_inputs(dlogits, cache)
 
