@@ -46,9 +46,7 @@ class EncoderClassifierConfig(Config):
         check_choice("pool", self.pool, ("cls", "mean"))
         check_heads(self.d_model, self.n_heads)
         check_float("dropout", self.dropout, 0.0, 1.0)
-        check_float("eps", self.eps, 0.0, 1.0)
-        if self.eps <= 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
+        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
         check_choice("positional", self.positional, ("learned", "sinusoidal"))
         check_choice("activation", self.activation, ("relu", "gelu"))
         check_bool("norm_first", self.norm_first)

@@ -49,13 +49,15 @@ def check_int(name: str, value, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
-def check_float(name: str, value, low: float, high: float, high_inclusive: bool = False) -> None:
+def check_float(name: str, value, low: float, high: float, high_inclusive: bool = False,
+                low_inclusive: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    ok = low <= value <= high if high_inclusive else low <= value < high
-    if not ok:
-        bracket = "]" if high_inclusive else ")"
-        raise ValueError(f"{name} must be in [{low}, {high}{bracket}, got {value}")
+    above = low <= value if low_inclusive else low < value
+    below = value <= high if high_inclusive else value < high
+    if not (above and below):
+        interval = f"{'[' if low_inclusive else '('}{low}, {high}{']' if high_inclusive else ')'}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
 
 
 def check_choice(name: str, value, choices) -> None:

@@ -50,9 +50,7 @@ class TransformerConfig(Config):
         check_int("n_decoder_layers", self.n_decoder_layers, minimum=1)
         check_heads(self.d_model, self.n_heads)
         check_float("dropout", self.dropout, 0.0, 1.0)
-        check_float("eps", self.eps, 0.0, 1.0)
-        if self.eps <= 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
+        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
         check_choice("positional", self.positional, ("sinusoidal", "learned"))
         check_choice("activation", self.activation, ("relu", "gelu"))
         for name in ("norm_first", "share_embeddings", "tie_output"):
@@ -74,11 +72,11 @@ def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, la
 
     logits (..., C), targets (...) int -> (loss float, dlogits (..., C))."""
     check_float("label_smoothing", label_smoothing, 0.0, 1.0)
+    if not np.any(targets != ignore_index):
+        raise ValueError(f"{name} holds only ignored positions (ignore index {ignore_index}): nothing to score")
     c = logits.shape[-1]
     flat, cache = cross_entropy_forward(logits.reshape(-1, c), targets.reshape(-1),
                                         ignore_index=ignore_index, label_smoothing=float(label_smoothing))
-    if cache[3] == 0:
-        raise ValueError(f"{name} holds only ignored positions (ignore index {ignore_index}): nothing to score")
     dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
     return float(flat), dlogits
 
