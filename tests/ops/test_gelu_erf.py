@@ -113,3 +113,15 @@ def test_shapes_blocks_layouts_and_dtypes():
             erf(bad)
         with pytest.raises(TypeError):
             gelu_forward(bad)
+
+
+def test_coefficients_are_reproduced_by_the_fit_script():
+    pytest.importorskip("mpmath")
+    from npformer.ops import _erf_fit, activations
+    p, q, err = _erf_fit.rational_float32()
+    assert err < 3e-8
+    np.testing.assert_allclose(p, activations._P, rtol=1e-12)
+    np.testing.assert_allclose(q, activations._Q, rtol=1e-12)
+    np.testing.assert_allclose(_erf_fit.small_polynomial(), activations._S64, rtol=1e-12)
+    coef, _ = _erf_fit.tail_chebyshev()
+    np.testing.assert_allclose(coef, activations._T64, rtol=1e-9, atol=1e-22)

@@ -7,14 +7,15 @@ float32, one formula for all x:
     erf(x) = x * P(u) / Q(u),  u = min(x^2, 16),  clipped to [-1, 1] (erf(4) = 1 - 1.5e-8 rounds to 1).
     P degree 5, Q degree 5, Q(0) = 1: a rational fit to erf(x)/x on [0, 4], relative error,
     by linearised least squares (Sanathanan-Koerner re-weighting) then Lawson re-weighting
-    towards the minimax fit.
+    towards the minimax fit. (activations.py then divides P and Q by Q's leading coefficient.)
 
 float64, two pieces:
     |x| < 1:   erf(x) = x * S(u), u = x^2, S the degree-12 Chebyshev interpolant of erf(x)/x
                on u in [0, 1] (an entire function: its Chebyshev coefficients fall below 1e-17).
     |x| >= 1:  erfc(z) = exp(-z^2) * F(s) / z with F(z) = z exp(z^2) erfc(z), which goes to
                1/sqrt(pi) as z -> inf, interpolated by Chebyshev in y = (z - 3) / (z + 3)
-               (y in [-1/2, 1) for z in [1, inf)), degree 24, summed with Clenshaw.
+               (y in [-1/2, 1) for z in [1, inf)), degree 24, summed with Clenshaw in
+               s = 2 (y + 1/2) / (3/2) - 1 = 1 - 8 / (z + 3).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 
 K_MAP = 3.0          # the float64 tail maps z in [1, inf) to y = (z - K) / (z + K)
 DEG_SMALL = 12       # float64 |x| < 1 polynomial degree in u = x^2
-DEG_TAIL = 24       # float64 tail Chebyshev degree (coefficients below 2e-19 after it)
+DEG_TAIL = 24        # float64 tail Chebyshev degree (coefficients below 2e-19 after it)
 RATIONAL = (5, 5)    # float32 numerator, denominator degrees
 
 
