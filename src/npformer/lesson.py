@@ -148,6 +148,10 @@ def run(section: int | None = None, out=print) -> None:
     """Print one section (1-4) or, with None, all four."""
     if section is not None and section not in RUNNERS:
         raise ValueError(f"--section must be 1, 2, 3 or 4, got {section}")
+    if section is None:
+        out("The lesson's four demonstrations, run through npformer's own functions;")
+        out("each prints the lesson's lines, then goes one step further.")
+        out("")
     for n in ([section] if section is not None else sorted(RUNNERS)):
         if n != (section or 1):
             out("")
