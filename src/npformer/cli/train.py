@@ -31,6 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-plot", action="store_true", help="do not draw curves.png")
     p.set_defaults(func=run)
 
 
@@ -88,7 +89,7 @@ def run(args) -> int:
         print(f"training {task.name}: {type(trainer.model).__name__} with {trainer.model.num_parameters():,} "
               f"parameters, {budget_text}, batch {cfg.batch_size}, seed {cfg.seed} -> {out}")
     try:
-        metrics = trainer.run(progress=not args.no_progress)
+        metrics = trainer.run(progress=not args.no_progress, plot=not args.no_plot)
     except TrainingDiverged as e:
         import sys
         sys.stderr.write(f"npformer train: {e}\n")

@@ -87,7 +87,8 @@ def atomic_savefig(fig, path, **kwargs) -> None:
 
 def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
     from safetensors.numpy import save
-    return save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata=metadata)
+    # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
+    return save({k: np.require(v, requirements="C") for k, v in tensors.items()}, metadata=metadata)
 
 
 def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:

@@ -67,6 +67,7 @@ class TrainConfig:
     label_smoothing: float = 0.1         # paper 5.4: 0.1
     eval_every: int = 250                # evaluate held-out data and save a checkpoint every N steps
     eval_n: int = 500                    # held-out examples per periodic evaluation
+    final_eval_n: int | None = None      # held-out examples of the final evaluation (None: the task's default)
     seed: int = 0                        # the one seed every random number derives from
 
     def __post_init__(self) -> None:
@@ -76,6 +77,8 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.minutes is not None and not self.minutes > 0:
             raise ValueError(f"minutes must be > 0, got {self.minutes}")
+        if self.final_eval_n is not None and self.final_eval_n < 1:
+            raise ValueError(f"final_eval_n must be >= 1 or None, got {self.final_eval_n}")
         for name in ("batch_size", "eval_every", "eval_n"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -100,7 +103,7 @@ class TrainConfig:
 
 
 # settings that may change when resuming (the rest would make the resumed run a different run)
-RESUMABLE = ("steps", "minutes", "eval_every", "eval_n")
+RESUMABLE = ("steps", "minutes", "eval_every", "eval_n", "final_eval_n")
 
 
 def _rng_state(g: np.random.Generator) -> dict:
@@ -141,6 +144,8 @@ class Trainer:
     def start(cls, task, model_config, train: TrainConfig, out_dir, force: bool = False) -> "Trainer":
         """A new run in ``out_dir``. An existing run there is an error unless ``force`` (then it is replaced)."""
         out = Path(out_dir)
+        if isinstance(model_config, dict):
+            model_config = task.model_config(model_config)                 # checked before touching the disk
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"--out {out} exists and is not a directory")
         if out.is_dir() and _has_checkpoint(out):
@@ -152,8 +157,6 @@ class Trainer:
                                  "--force starts over (deleting it)")
             shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
-        if isinstance(model_config, dict):
-            model_config = task.model_config(model_config)
         init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
                                            np.random.SeedSequence(train.seed).spawn(3))
         model = task.build_model(model_config, rng=init_rng)
@@ -277,9 +280,10 @@ class Trainer:
         return plot_run(self.out)
 
     # -- the loop ----------------------------------------------------------------------------------
-    def run(self, progress: bool = True, out=None) -> dict:
+    def run(self, progress: bool = True, plot: bool = True, out=None) -> dict:
         """Train until the budget ends; returns metrics.json's content. Raises TrainingDiverged on a
-        non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C."""
+        non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C.
+        progress: show the tqdm bar (on ``out``, default stderr); plot: draw curves.png at the end."""
         from tqdm.auto import tqdm
 
         cfg, task, model = self.cfg, self.task, self.model
@@ -338,7 +342,7 @@ class Trainer:
                 self.save()
                 bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
                 raise KeyboardInterrupt
-            metrics = self.evaluate(None)
+            metrics = self.evaluate(cfg.final_eval_n)
             self._record(metrics, final=True, stopped=stopped)
             self.save()
             bar.write(f"step {self.step}: held-out " + _fmt(metrics))
@@ -346,7 +350,8 @@ class Trainer:
             bar.close()
             log.close()
             try:
-                self.plot()
+                if plot:
+                    self.plot()
             except Exception as e:  # a plotting problem must not hide the training result
                 print(f"(could not draw {CURVES}: {e})")
         return self.metrics
@@ -433,7 +438,7 @@ def plot_run(run_dir) -> Path:
     if metric_keys:
         ax.legend(fontsize=8)
     fig.suptitle(f"npformer train {config['task']}")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.14, top=0.84, wspace=0.28)  # fixed: tight_layout renders twice
     path = run_dir / CURVES
     atomic_savefig(fig, path, dpi=110)
     plt.close(fig)

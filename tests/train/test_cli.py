@@ -1,0 +1,124 @@
+"""npformer train / eval from the command line, and every bad input: one line on stderr, exit 2."""
+import json
+
+import pytest
+
+from npformer.cli import main
+
+TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
+             "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
+             "--set", "eval_n=20", "--set", "final_eval_n=40"]
+
+
+def cli(capsys, *argv):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(err, *fragments):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory):
+    """A 3-step copy run made by the command line (plots too)."""
+    out = tmp_path_factory.mktemp("cli") / "copy"
+    rc = main(["train", "copy", "--out", str(out), "--steps", "3", "--seed", "5", "--no-progress", *TINY_SETS])
+    assert rc == 0
+    return out
+
+
+def test_train_writes_a_run_and_resume_continues(copy_run, capsys):
+    names = {p.name for p in copy_run.iterdir()}
+    assert {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json",
+            "log.csv", "eval.csv", "curves.png"} <= names
+    assert (copy_run / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    config = json.loads((copy_run / "config.json").read_text())
+    assert config["train"]["seed"] == 5 and config["model"]["d_model"] == 16 and config["data"]["max_len"] == 4
+    rc, out, _ = cli(capsys, "train", "copy", "--out", copy_run, "--resume", "--steps", 5, "--no-progress",
+                     "--no-plot")
+    assert rc == 0 and "resuming copy" in out and "step 5" in out
+    assert json.loads((copy_run / "metrics.json").read_text())["step"] == 5
+
+
+def test_eval_prints_json_matching_training(copy_run, capsys):
+    rc, out, _ = cli(capsys, "eval", copy_run, "--n", 40)
+    assert rc == 0
+    got = json.loads(out)
+    saved = json.loads((copy_run / "metrics.json").read_text())
+    assert got["task"] == "copy" and got["seed"] == 5 and got["n"] == 40
+    assert got["exact_match"] == saved["held_out"]["exact_match"]      # same draw, same model
+    assert got["loss"] == pytest.approx(saved["held_out"]["loss"], rel=1e-12)
+
+
+def test_refuses_to_overwrite_and_to_mix_tasks(copy_run, capsys):
+    rc, _, err = cli(capsys, "train", "copy", "--out", copy_run, "--steps", 2, "--no-progress")
+    assert rc == 2
+    one_line_error(err, "already holds a 'copy' run", "--resume")
+    rc, _, err = cli(capsys, "train", "dates", "--out", copy_run, "--resume", "--no-progress")
+    assert rc == 2
+    one_line_error(err, "holds a 'copy' run, not a 'dates' run")
+    rc, _, err = cli(capsys, "train", "dates", "--out", copy_run, "--force", "--no-progress")
+    assert rc == 2
+    one_line_error(err, "holds a 'copy' run, not a 'dates' run")
+    rc, _, err = cli(capsys, "train", "copy", "--out", copy_run, "--resume", "--set", "d_model=32")
+    assert rc == 2
+    one_line_error(err, "--set may change only")
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    (["train", "nosuchtask"], ["unknown task 'nosuchtask'", "copy", "dates", "text"]),
+    (["train", "copy", "--set", "colour=red"], ["unknown setting 'colour'"]),
+    (["train", "copy", "--set", "d_model=wide"], ["d_model expects int", "'wide'"]),
+    (["train", "copy", "--set", "max_len=4"], ["ambiguous", "model.max_len", "data.max_len"]),
+    (["train", "copy", "--set", "d_model"], ["key=value"]),
+    (["train", "copy", "--set", "n_heads=3"], ["divisible"]),
+    (["train", "copy", "--steps", "0"], ["--steps must be >= 1"]),
+    (["train", "copy", "--data", "x.txt"], ["takes no --data"]),
+    (["train", "text"], ["needs a text file: --data FILE"]),
+    (["train", "text", "--data", "no/such/file.txt"], ["data file not found"]),
+    (["eval", "no/such/run"], ["run directory not found"]),
+    (["eval", "."], ["not an npformer run directory"]),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, fragments, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = cli(capsys, *argv, "--no-progress") if argv[0] == "train" else cli(capsys, *argv)
+    assert rc == 2
+    one_line_error(err, *fragments)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_unknown_option_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "copy", "--colour", "red"])
+    assert e.value.code == 2
+    one_line_error(capsys.readouterr().err, "unrecognized arguments: --colour red")
+
+
+@pytest.mark.parametrize("content,fragment", [(b"caf\xe9 au lait\n" * 50, "is not UTF-8 text (invalid continuation byte"),
+                                              (b"", "is empty"),
+                                              (b"short", "too short")])
+def test_bad_text_files(content, fragment, capsys, tmp_path):
+    f = tmp_path / "data.txt"
+    f.write_bytes(content)
+    rc, _, err = cli(capsys, "train", "text", "--data", f, "--out", tmp_path / "run", "--no-progress")
+    assert rc == 2
+    one_line_error(err, fragment)
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_of_a_checkpoint_that_does_not_match_its_config(copy_run, capsys, tmp_path):
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(copy_run, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["model"]["d_model"] = 32
+    (bad / "config.json").write_text(json.dumps(config))
+    rc, _, err = cli(capsys, "eval", bad)
+    assert rc == 2
+    one_line_error(err, "does not match config.json")

@@ -1,0 +1,135 @@
+"""The training loop: exact resumption, NaN stop, the run directory's files, determinism."""
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from npformer.train.checkpoint import load_run, read_safetensors
+from npformer.train.trainer import Trainer, TrainingDiverged
+
+from train_helpers import assert_same_weights, losses, weights
+
+
+def _interrupt_at(trainer, call: int, how: str):
+    """Make the trainer's ``call``-th batch request interrupt training (hard: KeyboardInterrupt
+    mid-step; soft: a real SIGINT, which lets the step finish and saves)."""
+    task = trainer.task
+    real = task.train_batch
+    count = {"n": 0}
+
+    def batch(rng, size):
+        count["n"] += 1
+        if count["n"] == call:
+            if how == "hard":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(rng, size)
+    task.train_batch = batch
+
+
+@pytest.mark.parametrize("how,resumed_from", [("hard", 4), ("soft", 7)])
+def test_resume_equals_uninterrupted(start_tiny, tmp_path, how, resumed_from):
+    a = start_tiny("a")
+    a.run(progress=False, plot=False)
+    b = start_tiny("b")
+    _interrupt_at(b, 7, how)
+    with pytest.raises(KeyboardInterrupt):
+        b.run(progress=False, plot=False)
+    # the checkpoint: the last periodic one (hard) or the step in progress when Ctrl-C came (soft)
+    assert json.loads((tmp_path / "b" / "trainer_state.json").read_text())["step"] == resumed_from
+    c = Trainer.resume(tmp_path / "b")
+    assert c.step == resumed_from
+    c.run(progress=False, plot=False)
+    la, lb = losses(tmp_path / "a"), losses(tmp_path / "b")
+    assert len(la) == len(lb) == 12
+    np.testing.assert_array_equal(la, lb)                               # every loss, bit for bit
+    assert_same_weights(weights(tmp_path / "a"), weights(tmp_path / "b"))
+    oa = read_safetensors(tmp_path / "a" / "optimizer.safetensors")[0]
+    ob = read_safetensors(tmp_path / "b" / "optimizer.safetensors")[0]
+    assert_same_weights(oa, ob)
+    ma = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert ma["held_out"] == mb["held_out"]
+
+
+def test_same_seed_same_run_other_seed_other_run(start_tiny, tmp_path):
+    start_tiny("a", steps=5).run(progress=False, plot=False)
+    start_tiny("b", steps=5).run(progress=False, plot=False)
+    start_tiny("c", steps=5, seed=4).run(progress=False, plot=False)
+    np.testing.assert_array_equal(losses(tmp_path / "a"), losses(tmp_path / "b"))
+    assert not np.array_equal(losses(tmp_path / "a"), losses(tmp_path / "c"))
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(start_tiny, tmp_path):
+    t = start_tiny("nan")
+    real = t.task.loss
+    calls = {"n": 0}
+
+    def loss(model, batch, rng, ls):
+        calls["n"] += 1
+        value, grads = real(model, batch, rng, ls)
+        return (float("nan") if calls["n"] == 6 else value), grads
+    t.task.loss = loss
+    before = (tmp_path / "nan" / "model.safetensors").read_bytes()      # step 0
+    with pytest.raises(TrainingDiverged, match=r"loss is nan at step 6.*last good checkpoint \(step 4\)"):
+        t.run(progress=False, plot=False)
+    assert (tmp_path / "nan" / "model.safetensors").read_bytes() != before
+    assert read_safetensors(tmp_path / "nan" / "model.safetensors")[1]["step"] == "4"
+    assert json.loads((tmp_path / "nan" / "trainer_state.json").read_text())["step"] == 4
+    assert load_run(tmp_path / "nan").step == 4
+    r = Trainer.resume(tmp_path / "nan")                                 # and it resumes from there
+    assert r.step == 4
+
+
+def test_inf_gradient_stops(start_tiny, tmp_path):
+    t = start_tiny("inf")
+    real = t.task.loss
+
+    def loss(model, batch, rng, ls):
+        value, grads = real(model, batch, rng, ls)
+        k = next(iter(grads))
+        grads[k][...] = np.inf
+        return value, grads
+    t.task.loss = loss
+    with pytest.raises(TrainingDiverged, match="gradient norm is inf at step 1"):
+        t.run(progress=False, plot=False)
+
+
+def test_run_directory_contents(start_tiny, tmp_path):
+    t = start_tiny("files", steps=4)
+    t.run(progress=False, plot=False)                                   # curves.png: see test_cli
+    d = tmp_path / "files"
+    names = {p.name for p in d.iterdir()}
+    assert names == {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json",
+                     "metrics.json", "log.csv", "eval.csv"}
+    config = json.loads((d / "config.json").read_text())
+    assert config["task"] == "copy" and config["model_kind"] == "transformer"
+    assert config["model"]["d_model"] == 16 and config["data"]["n_symbols"] == 4
+    assert config["train"]["steps"] == 4 and config["train"]["seed"] == 3
+    tensors, meta = read_safetensors(d / "model.safetensors")
+    own = t.model.state_dict()
+    assert set(tensors) == set(own)                                       # dotted state_dict names
+    assert "encoder.layers.0.self_attn.in_proj_weight" in tensors and "embed.tok.weight" in tensors
+    for k in own:
+        np.testing.assert_array_equal(tensors[k], own[k])
+        assert tensors[k].dtype == np.float32
+    opt, _ = read_safetensors(d / "optimizer.safetensors")
+    assert int(opt["step"]) == 4 and set(opt) == {"step"} | {f"exp_avg{s}.{k}" for k in own for s in ("", "_sq")}
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert metrics["step"] == 4 and metrics["final"] and "exact_match" in metrics["held_out"]
+    state = json.loads((d / "trainer_state.json").read_text())
+    assert state["step"] == 4 and state["data_rng"]["bit_generator"] == "PCG64"
+
+
+def test_minutes_budget_stops_early(start_tiny, tmp_path):
+    t = start_tiny("time", steps=None, minutes=1e-6)
+    m = t.run(progress=False, plot=False)
+    assert m["stopped"] == "minutes" and m["step"] < 12
+
+
+def test_start_refuses_to_overwrite(start_tiny, tmp_path):
+    start_tiny("x", steps=2)
+    with pytest.raises(ValueError, match="already holds a 'copy' run"):
+        start_tiny("x", steps=2)
