@@ -13,6 +13,12 @@ forward plus one attention row over the stored keys:
 The encoder-decoder also caches each decoder layer's cross-attention keys and values of the
 encoder memory (``MultiHeadAttention.project_kv``): the memory is fixed for the whole decode.
 
+The steps do the full forward's arithmetic, op for op, so cached logits equal uncached ones to
+float rounding (1e-12 in float64, a few ulps in float32) and decoding picks the same tokens.
+They are not bit-identical: BLAS rounds a one-row product differently from the same row inside
+a (T, E) product (it picks kernels and blockings by shape), and NumPy's pairwise summation in the
+softmax groups a row's terms by the row's length, masked zeros included.
+
 Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
 D head size, E model width, S source positions, t new positions, V vocabulary.
 """

@@ -67,8 +67,9 @@ def _ticks(ax, axis: str, labels: Sequence[str], fontsize: float) -> None:
     step = max(1, int(np.ceil(len(labels) / MAX_TICKS)))
     pos = np.arange(0, len(labels), step)
     if axis == "x":
-        upright = max(len(t) for t in labels) <= 1            # single characters read best upright
-        ax.set_xticks(pos, [labels[i] for i in pos], fontsize=fontsize, rotation=0 if upright else 90)
+        ax.set_xticks(pos, [labels[i] for i in pos], fontsize=fontsize)
+        for t in ax.get_xticklabels():                   # characters upright, longer tokens turned
+            t.set_rotation(90 if len(t.get_text()) > 1 else 0)
     else:
         ax.set_yticks(pos, [labels[i] for i in pos], fontsize=fontsize)
     ax.tick_params(axis=axis, length=0, pad=1)
