@@ -2,6 +2,9 @@
 functions, each printed with the lesson's lines and then taken one step further."""
 from __future__ import annotations
 
+import os
+import sys
+
 from . import CLIError
 
 
@@ -18,5 +21,9 @@ def run(args) -> int:
     from .. import lesson
     if args.section is not None and args.section not in lesson.RUNNERS:
         raise CLIError(f"--section must be 1, 2, 3 or 4, got {args.section}")
-    lesson.run(args.section)
+    try:
+        lesson.run(args.section)
+        sys.stdout.flush()
+    except BrokenPipeError:                     # `npformer lesson | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
