@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"npformer {args.command}: interrupted\n")
         return 130
+    except BrokenPipeError:  # `npformer ... | head`: the reader left early, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

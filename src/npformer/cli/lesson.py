@@ -2,7 +2,6 @@
 functions, each printed with the lesson's lines and then taken one step further."""
 from __future__ import annotations
 
-import os
 import sys
 
 from . import CLIError
@@ -21,9 +20,6 @@ def run(args) -> int:
     from .. import lesson
     if args.section is not None and args.section not in lesson.RUNNERS:
         raise CLIError(f"--section must be 1, 2, 3 or 4, got {args.section}")
-    try:
-        lesson.run(args.section)
-        sys.stdout.flush()
-    except BrokenPipeError:                     # `npformer lesson | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    lesson.run(args.section)
+    sys.stdout.flush()                           # a closed pipe surfaces here; cli.main handles it
     return 0
