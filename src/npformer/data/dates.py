@@ -97,9 +97,10 @@ class DatesTask(Seq2SeqTask):
         s = self.settings
         self.vocab = CharVocab(DATE_CHARS)
         first = dt.date(s.first_year, 1, 1).toordinal()
-        last = dt.date(s.last_year, 12, 31).toordinal()
-        days = np.arange(first, last + 1)                               # (N,) proleptic Gregorian ordinals
-        held = np.array([is_heldout(dt.date.fromordinal(int(o)).isoformat(), s.heldout_every) for o in days])
+        days = np.arange(first, dt.date(s.last_year, 12, 31).toordinal() + 1)   # (N,) proleptic Gregorian ordinals
+        # ISO strings in one vectorised step (datetime64 counts days from 1970-01-01, ordinal 719163)
+        iso = (days - 719163).astype("datetime64[D]").astype(str).tolist()
+        held = np.fromiter((is_heldout(d, s.heldout_every) for d in iso), dtype=bool, count=len(iso))
         self.train_days, self.heldout_days = days[~held], days[held]    # (N_train,), (N_heldout,)
         # the longest names: a Wednesday in September with a two-digit day
         self.max_source_len = max(len(format_date(dt.date(2000, 9, 27), f)) for f in range(len(FORMATS)))

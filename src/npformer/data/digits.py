@@ -9,7 +9,12 @@ Dimension legend: N images, H = W = 8 pixels, C = 1 channel.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from ..ops import log_softmax
+from .tasks import Batch, Task, register_model_kind, register_task
 
 IMAGE_SIZE = 8
 N_CLASSES = 10
@@ -57,3 +62,95 @@ def augment(images: np.ndarray, rng: np.random.Generator, max_shift: float = 1.0
     out = (read(y0, x0) * (1 - fy) * (1 - fx) + read(y0, x0 + 1) * (1 - fy) * fx
            + read(y0 + 1, x0) * fy * (1 - fx) + read(y0 + 1, x0 + 1) * fy * fx)  # (N, H, W, C)
     return out.astype(images.dtype)
+
+
+# -- the task: npformer train digits ------------------------------------------------------------
+
+def _register_kind() -> None:
+    from ..models.vit import ViT, ViTConfig
+    register_model_kind("vit", ViTConfig, ViT)
+
+
+_register_kind()
+
+
+@register_task
+class DigitsTask(Task):
+    name = "digits"
+    model_kind = "vit"
+    primary_metric = "accuracy"
+    higher_is_better = True
+    description = "classify scikit-learn's 8x8 handwritten digits with a Vision Transformer"
+
+    @dataclass
+    class Settings:
+        augment: bool = True            # random affine warps of the training images
+        max_shift: float = 1.0          # pixels, each direction
+        max_rotate: float = 12.0        # degrees, each direction
+        max_scale: float = 0.1          # relative size change, each direction
+
+        def __post_init__(self) -> None:
+            if self.max_shift < 0 or self.max_rotate < 0 or not 0 <= self.max_scale < 1:
+                raise ValueError(f"need max_shift >= 0, max_rotate >= 0 and 0 <= max_scale < 1, got "
+                                 f"{self.max_shift}, {self.max_rotate}, {self.max_scale}")
+
+    def __init__(self, settings=None) -> None:
+        super().__init__(settings)
+        self.x_train, self.y_train, self.x_test, self.y_test = load_digits_split()
+
+    def default_model_config(self) -> dict:
+        return {"image_size": IMAGE_SIZE, "in_channels": 1, "n_classes": N_CLASSES, "patch_size": 2,
+                "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.1}
+
+    def default_train_config(self) -> dict:
+        return {"steps": 3000, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 150,
+                "optimizer": "adamw", "weight_decay": 0.05, "label_smoothing": 0.1, "eval_every": 500}
+
+    def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
+        idx = rng.integers(0, len(self.x_train), batch_size)          # (B,)
+        x = self.x_train[idx]                                         # (B, 8, 8, 1)
+        if self.settings.augment:
+            s = self.settings
+            x = augment(x, rng, s.max_shift, s.max_rotate, s.max_scale)
+        n_tokens = (IMAGE_SIZE // 2) ** 2 + 1                         # patches + [CLS], default patch size 2
+        return Batch((x, self.y_train[idx]), n_tokens=batch_size * n_tokens)
+
+    def evaluate(self, model, n: int | None = None, seed: int = 0, batch_size: int = 450) -> dict:
+        """accuracy and mean cross-entropy on the test split (its first ``n`` images if n is given;
+        the split is fixed, so ``seed`` changes nothing)."""
+        n = len(self.x_test) if n is None else min(int(n), len(self.x_test))
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        x = self.x_test[:n].astype(model.dtype)
+        y = self.y_test[:n]
+        right, nll = 0, 0.0
+        for i in range(0, n, batch_size):
+            logits, _ = model.forward(x[i:i + batch_size])            # (B, 10)
+            logp = log_softmax(logits.astype(np.float64))             # (B, 10)
+            nll -= float(logp[np.arange(len(logp)), y[i:i + batch_size]].sum())
+            right += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
+        return {"accuracy": right / n, "errors": n - right, "loss": nll / n, "n": n}
+
+    def draw_attention(self, model, text: str, out_path) -> str:
+        """``npformer attention DIR I --out FIG.png``: I is an index into the test split; draws which
+        patches [CLS] attends to, per layer and head, over that digit."""
+        from ..viz.vision import save_digit_attention
+
+        try:
+            i = int(text)
+        except ValueError:
+            raise ValueError(f"for a digits run TEXT is a test-set index 0..{len(self.x_test) - 1}, "
+                             f"got {text!r}") from None
+        if not 0 <= i < len(self.x_test):
+            raise ValueError(f"test-set index must be in 0..{len(self.x_test) - 1}, got {i}")
+        if model.config.pool != "cls":
+            raise ValueError("this model pools the mean of the patches; it has no [CLS] token to draw")
+        x = self.x_test[i:i + 1].astype(model.dtype)                 # (1, 8, 8, 1)
+        logits, cache = model.forward(x)
+        pred = int(logits[0].argmax())
+        weights = [w["self"][0] for w in model.attention_weights(cache)]
+        save_digit_attention(self.x_test[i], weights, model.config.patch_size, out_path,
+                             title=f"digits test image {i}: label {self.y_test[i]}, predicted {pred} "
+                                   f"- where [CLS] looks (each head's weights over the {model.config.patch_size}"
+                                   f"x{model.config.patch_size} patches)")
+        return f"test image {i}: label {self.y_test[i]}, predicted {pred}\nwrote {out_path}"

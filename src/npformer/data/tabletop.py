@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ops import log_softmax
+from .tasks import Batch, Task, register_model_kind, register_task
+
 GRID = 4                                    # cells per side
 CELL = 8                                    # pixels per cell side
 IMAGE_SIZE = GRID * CELL                    # 32
@@ -73,6 +76,12 @@ VOCAB = _vocabulary()                       # word-level; id 0 is padding
 WORD_TO_ID = {w: i for i, w in enumerate(VOCAB)}
 
 
+COLOUR_NAMES = list(COLOURS)                # fixed order: the columns of ``Scenes.blocks``
+CONTAINER_NAMES = list(CONTAINERS)          # the columns of ``Scenes.containers``
+MAX_BLOCKS, MAX_CONTAINERS = 4, 2
+KIND_BLOCK, KIND_BOX, KIND_BOWL = 0, 1, 2
+
+
 @dataclass
 class Scene:
     """One scene: its image and where everything is."""
@@ -81,59 +90,104 @@ class Scene:
     containers: dict                        # "box"/"bowl" -> cell id
 
 
+@dataclass
+class Scenes:
+    """A batch of scenes: images and, per colour / container kind, its cell or -1 when absent."""
+    images: np.ndarray                      # (B, H, W, C) float32
+    blocks: np.ndarray                      # (B, 5) int, columns in COLOUR_NAMES order
+    containers: np.ndarray                  # (B, 2) int, columns in CONTAINER_NAMES order
+
+    def scene(self, i: int) -> Scene:
+        return Scene(self.images[i],
+                     {c: int(self.blocks[i, j]) for j, c in enumerate(COLOUR_NAMES) if self.blocks[i, j] >= 0},
+                     {k: int(self.containers[i, j]) for j, k in enumerate(CONTAINER_NAMES)
+                      if self.containers[i, j] >= 0})
+
+
 # -- rendering ---------------------------------------------------------------------------------
-def _draw(image, cell: int, kind: str, rgb, rng: np.random.Generator) -> None:
-    """Draw one object into its cell, in place, with jitter of position, size and shade."""
-    r0, c0 = (cell // GRID) * CELL, (cell % GRID) * CELL
-    shade = np.clip(np.asarray(rgb) * rng.uniform(0.85, 1.12) + rng.uniform(-0.05, 0.05, 3), 0, 1)  # (3,)
-    yy, xx = np.mgrid[0:CELL, 0:CELL]                             # (8, 8)
-    if kind == "block":
-        s = int(rng.integers(4, 6))                               # side 4 or 5 px
-        oy, ox = rng.integers(0, CELL - s + 1, 2)
-        m = (yy >= oy) & (yy < oy + s) & (xx >= ox) & (xx < ox + s)
-    elif kind == "box":
-        s = int(rng.integers(6, 8))                               # side 6 or 7 px, 1 px wall
-        oy, ox = rng.integers(0, CELL - s + 1, 2)
-        inside = (yy >= oy) & (yy < oy + s) & (xx >= ox) & (xx < ox + s)
-        hole = (yy > oy) & (yy < oy + s - 1) & (xx > ox) & (xx < ox + s - 1)
-        m = inside & ~hole
-    else:                                                         # bowl: a ring
-        cy, cx = rng.uniform(3.5, 4.5, 2)                         # centre, jittered
-        d = np.hypot(yy + 0.5 - cy, xx + 0.5 - cx)                # distance of pixel centres
-        r = rng.uniform(3.0, 3.6)
-        m = (d <= r) & (d >= r - 1.4)
-    image[r0:r0 + CELL, c0:c0 + CELL][m] = shade
+def _swap_in(order: np.ndarray, value: int, n_used: np.ndarray, rng: np.random.Generator) -> None:
+    """Make ``value`` one of the first ``n_used`` entries of each row of the permutations ``order``
+    (B, K), in place, by swapping it with a random used position."""
+    b = np.arange(len(order))
+    now = np.argmax(order == value, axis=1)                       # (B,) where value sits
+    target = (rng.random(len(order)) * n_used).astype(np.int64)   # (B,) a used position
+    order[b, now] = order[b, target]
+    order[b, target] = value
+
+
+def render_scenes(rng: np.random.Generator, n: int, require: tuple[str, str] | None = None) -> Scenes:
+    """``n`` random scenes, drawn all at once. ``require=(colour, container)`` puts both in every scene.
+
+    Object slots 0..3 are blocks (the first 2..4 used), slots 4..5 containers (the first 1..2 used);
+    every used slot gets its own cell, so no two objects share a cell.
+    """
+    n_blocks = rng.integers(2, MAX_BLOCKS + 1, n)                  # (B,)
+    n_conts = rng.integers(1, MAX_CONTAINERS + 1, n)              # (B,)
+    colour_order = rng.random((n, len(COLOUR_NAMES))).argsort(1)  # (B, 5) a random order of the colours
+    kind_order = rng.random((n, len(CONTAINER_NAMES))).argsort(1)  # (B, 2)
+    if require is not None:
+        _swap_in(colour_order, COLOUR_NAMES.index(require[0]), n_blocks, rng)
+        _swap_in(kind_order, CONTAINER_NAMES.index(require[1]), n_conts, rng)
+    slots = MAX_BLOCKS + MAX_CONTAINERS
+    cells = rng.random((n, N_CELLS)).argsort(1)[:, :slots]        # (B, 6) distinct cells
+    active = np.concatenate([np.arange(MAX_BLOCKS) < n_blocks[:, None],
+                             np.arange(MAX_CONTAINERS) < n_conts[:, None]], axis=1)  # (B, 6)
+    kind = np.concatenate([np.full((n, MAX_BLOCKS), KIND_BLOCK), 1 + kind_order], axis=1)  # (B, 6)
+    palette = np.array([COLOURS[c] for c in COLOUR_NAMES] + [CONTAINERS[k] for k in CONTAINER_NAMES])  # (7, 3)
+    rgb = palette[np.concatenate([colour_order[:, :MAX_BLOCKS], len(COLOUR_NAMES) + kind_order], axis=1)]  # (B, 6, 3)
+    # jitter: shade, size, position inside the cell
+    shade = np.clip(rgb * rng.uniform(0.85, 1.12, (n, slots, 1)) + rng.uniform(-0.05, 0.05, (n, slots, 3)), 0, 1)
+    size = np.where(kind == KIND_BLOCK, 4, 6) + rng.integers(0, 2, (n, slots))  # (B, 6): blocks 4-5, boxes 6-7 px
+    oy = (rng.random((n, slots)) * (CELL - size + 1)).astype(np.int64)  # (B, 6) top-left inside the cell
+    ox = (rng.random((n, slots)) * (CELL - size + 1)).astype(np.int64)
+    centre = rng.uniform(3.5, 4.5, (n, slots, 2))                 # (B, 6, 2) bowl centre
+    radius = rng.uniform(3.0, 3.6, (n, slots))                    # (B, 6) bowl outer radius
+    table = np.clip(np.asarray(TABLE) * rng.uniform(0.95, 1.05, (n, 1)), 0, 1)  # (B, 3)
+
+    yy = np.arange(CELL)[:, None]                                 # (8, 1) pixel rows in a cell
+    xx = np.arange(CELL)[None, :]                                 # (1, 8)
+    oy4, ox4, s4 = oy[..., None, None], ox[..., None, None], size[..., None, None]  # (B, 6, 1, 1)
+    square = (yy >= oy4) & (yy < oy4 + s4) & (xx >= ox4) & (xx < ox4 + s4)          # (B, 6, 8, 8)
+    hole = (yy > oy4) & (yy < oy4 + s4 - 1) & (xx > ox4) & (xx < ox4 + s4 - 1)     # (B, 6, 8, 8)
+    dist = np.hypot(yy + 0.5 - centre[..., 0, None, None], xx + 0.5 - centre[..., 1, None, None])  # (B, 6, 8, 8)
+    ring = (dist <= radius[..., None, None]) & (dist >= radius[..., None, None] - 1.4)
+    mask = np.where((kind == KIND_BLOCK)[..., None, None], square,
+                    np.where((kind == KIND_BOX)[..., None, None], square & ~hole, ring))  # (B, 6, 8, 8)
+    mask &= active[..., None, None]
+
+    canvas = np.empty((n, N_CELLS, CELL, CELL, 3), dtype=np.float32)  # (B, 16, 8, 8, 3) cell tiles
+    canvas[...] = table[:, None, None, None, :]
+    shade = shade.astype(np.float32)
+    b = np.arange(n)
+    for j in range(slots):                                        # cells differ, so slots never overlap
+        tile = canvas[b, cells[:, j]]                             # (B, 8, 8, 3)
+        canvas[b, cells[:, j]] = np.where(mask[:, j, ..., None], shade[:, j, None, None, :], tile)
+    images = canvas.reshape(n, GRID, GRID, CELL, CELL, 3).transpose(0, 1, 3, 2, 4, 5)
+    images = images.reshape(n, IMAGE_SIZE, IMAGE_SIZE, 3)         # (B, H, W, C) float32
+
+    blocks = np.full((n, len(COLOUR_NAMES)), -1, dtype=np.int64)  # (B, 5)
+    containers = np.full((n, len(CONTAINER_NAMES)), -1, dtype=np.int64)  # (B, 2)
+    for j in range(MAX_BLOCKS):
+        on = active[:, j]
+        blocks[b[on], colour_order[on, j]] = cells[on, j]
+    for j in range(MAX_CONTAINERS):
+        on = active[:, MAX_BLOCKS + j]
+        containers[b[on], kind_order[on, j]] = cells[on, MAX_BLOCKS + j]
+    return Scenes(images, blocks, containers)
 
 
 def render_scene(rng: np.random.Generator, require: tuple[str, str] | None = None) -> Scene:
-    """A random scene. ``require=(colour, container)`` makes sure both are in it."""
-    n_blocks = int(rng.integers(2, 5))
-    colours = list(rng.choice(sorted(COLOURS), n_blocks, replace=False))
-    conts = [str(k) for k in rng.permutation(sorted(CONTAINERS))[: int(rng.integers(1, 3))]]
-    if require is not None:
-        colour, container = require
-        if colour not in colours:
-            colours[int(rng.integers(n_blocks))] = colour
-        if container not in conts:
-            conts[0] = container
-    cells = rng.choice(N_CELLS, len(colours) + len(conts), replace=False)  # every object its own cell
-    table = np.clip(np.asarray(TABLE) * rng.uniform(0.95, 1.05), 0, 1)
-    image = np.empty((IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32)        # (H, W, C)
-    image[...] = table
-    blocks = {str(c): int(cell) for c, cell in zip(colours, cells)}
-    containers = {k: int(cell) for k, cell in zip(conts, cells[len(colours):])}
-    for c, cell in blocks.items():
-        _draw(image, cell, "block", COLOURS[c], rng)
-    for k, cell in containers.items():
-        _draw(image, cell, k, CONTAINERS[k], rng)
-    return Scene(image, blocks, containers)
+    """One random scene (``render_scenes`` with n = 1)."""
+    return render_scenes(rng, 1, require).scene(0)
 
 
 # -- instructions ------------------------------------------------------------------------------
-def make_instruction(colour: str, container: str, rng: np.random.Generator) -> str:
-    t = TEMPLATES[int(rng.integers(len(TEMPLATES)))]
-    return t.format(c=colour, k=container, b=BLOCK_NOUNS[int(rng.integers(2))],
-                    **{"in": PREPOSITIONS[int(rng.integers(3))]})
+def make_instruction(colour: str, container: str, u: np.ndarray) -> str:
+    """An instruction for (colour, container); ``u`` (3,) uniforms in [0, 1) pick the template,
+    the block noun and the preposition."""
+    t = TEMPLATES[int(u[0] * len(TEMPLATES))]
+    return t.format(c=colour, k=container, b=BLOCK_NOUNS[int(u[1] * len(BLOCK_NOUNS))],
+                    **{"in": PREPOSITIONS[int(u[2] * len(PREPOSITIONS))]})
 
 
 def tokenize(instruction: str) -> list[str]:
@@ -181,36 +235,126 @@ def check_instruction(scene: Scene, instruction: str) -> tuple[str, str]:
 
 
 # -- episodes ----------------------------------------------------------------------------------
-def sample_episode(rng: np.random.Generator, split: str = "train"):
-    """One (scene, instruction, pick cell, place cell).
+SPLITS = ("train", "test", "yellow_bowl", "all")
 
-    split: "train"/"test" never pair yellow with the bowl; "yellow_bowl" always does;
-    "all" samples every pairing the scene allows.
+
+def sample_episodes(rng: np.random.Generator, n: int, split: str = "train"):
+    """``n`` episodes: (Scenes, instructions list[str], actions (B, 2) int64 [pick cell, place cell]).
+
+    split: "train"/"test" never pair yellow with the bowl; "yellow_bowl" always does (every scene
+    has both); "all" samples every pairing a scene allows.
     """
-    if split not in ("train", "test", "yellow_bowl", "all"):
-        raise ValueError(f"split must be 'train', 'test', 'yellow_bowl' or 'all', got {split!r}")
-    scene = render_scene(rng, require=HELD_OUT if split == "yellow_bowl" else None)
-    if split == "yellow_bowl":
-        colour, container = HELD_OUT
-    else:
-        pairs = [(c, k) for c in sorted(scene.blocks) for k in sorted(scene.containers)
-                 if split == "all" or (c, k) != HELD_OUT]
-        colour, container = pairs[int(rng.integers(len(pairs)))]
-    text = make_instruction(colour, container, rng)
-    return scene, text, scene.blocks[colour], scene.containers[container]
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    scenes = render_scenes(rng, n, require=HELD_OUT if split == "yellow_bowl" else None)
+    u = rng.random((n, 4))                                        # (B, 4): pairing, template, noun, preposition
+    texts, actions = [], np.empty((n, 2), dtype=np.int64)         # (B, 2)
+    for i in range(n):
+        if split == "yellow_bowl":
+            pairs = [HELD_OUT]
+        else:
+            pairs = [(c, k) for j, c in enumerate(COLOUR_NAMES) if scenes.blocks[i, j] >= 0
+                     for m, k in enumerate(CONTAINER_NAMES) if scenes.containers[i, m] >= 0
+                     and (split == "all" or (c, k) != HELD_OUT)]
+        colour, container = pairs[int(u[i, 0] * len(pairs))]
+        texts.append(make_instruction(colour, container, u[i, 1:]))
+        actions[i] = (scenes.blocks[i, COLOUR_NAMES.index(colour)],
+                      scenes.containers[i, CONTAINER_NAMES.index(container)])
+    return scenes, texts, actions
+
+
+def sample_episode(rng: np.random.Generator, split: str = "train"):
+    """One (Scene, instruction, pick cell, place cell)."""
+    scenes, texts, actions = sample_episodes(rng, 1, split)
+    return scenes.scene(0), texts[0], int(actions[0, 0]), int(actions[0, 1])
 
 
 def sample_batch(rng: np.random.Generator, n: int, split: str = "train", max_words: int = MAX_WORDS):
     """Returns (word_ids (B, L) int64, images (B, H, W, C) float32, actions (B, 2) int64 [pick, place],
     texts list[str])."""
-    ids = np.zeros((n, max_words), dtype=np.int64)                # (B, L)
-    images = np.empty((n, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.float32)  # (B, H, W, C)
-    actions = np.empty((n, 2), dtype=np.int64)                    # (B, 2)
-    texts = []
-    for i in range(n):
-        scene, text, pick, place = sample_episode(rng, split)
-        ids[i] = encode(text, max_words)
-        images[i] = scene.image
-        actions[i] = pick, place
-        texts.append(text)
-    return ids, images, actions, texts
+    scenes, texts, actions = sample_episodes(rng, n, split)
+    ids = np.stack([encode(t, max_words) for t in texts])         # (B, L)
+    return ids, scenes.images, actions, texts
+
+
+# -- the task: npformer train tabletop ----------------------------------------------------------
+
+def _register_kind() -> None:
+    from ..models.vla import VLA, VLAConfig
+    register_model_kind("vla", VLAConfig, VLA)
+
+
+_register_kind()
+
+EVAL_STREAM = 1_000_003                     # held-out scenes come from their own seed sequence
+
+
+@register_task
+class TabletopTask(Task):
+    name = "tabletop"
+    model_kind = "vla"
+    primary_metric = "success"
+    higher_is_better = True
+    description = "a vision-language-action policy: put the named block in the named container"
+
+    @dataclass
+    class Settings:
+        eval_size: int = 2000           # held-out scenes per split when evaluating with no --n
+
+        def __post_init__(self) -> None:
+            if self.eval_size < 1:
+                raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
+
+    def default_model_config(self) -> dict:
+        return {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": CELL,
+                "in_channels": 3, "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.0}
+
+    def default_train_config(self) -> dict:
+        return {"steps": 1500, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 75,
+                "optimizer": "adamw", "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 250,
+                "eval_n": 500}
+
+    def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
+        ids, images, actions, _ = sample_batch(rng, batch_size, "train")
+        n_tokens = int((ids != 0).sum()) + batch_size * (N_CELLS + 2)  # words + patches + action tokens
+        return Batch((ids, images, actions), n_tokens=n_tokens)
+
+    def evaluate(self, model, n: int | None = None, seed: int = 0, batch_size: int = 500) -> dict:
+        """On ``n`` fresh held-out scenes per split, drawn with ``seed`` from a stream training never uses:
+        success (pick and place both right), pick/place accuracy and loss on the "test" split (every
+        pairing but yellow-with-bowl), and success on the held-out "yellow_bowl" pairing."""
+        n = self.settings.eval_size if n is None else int(n)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        out = {}
+        for split, prefix in (("test", ""), ("yellow_bowl", "yellow_bowl_")):
+            rng = np.random.default_rng([seed, EVAL_STREAM, 0 if split == "test" else 1])
+            ok = pick = place = 0
+            nll = 0.0
+            for i in range(0, n, batch_size):
+                ids, images, actions, _ = sample_batch(rng, min(batch_size, n - i), split)
+                logits, _ = model.forward(ids, images.astype(model.dtype))        # (B, 2, N)
+                pred = logits.argmax(-1)                                          # (B, 2)
+                logp = log_softmax(logits.astype(np.float64))                    # (B, 2, N)
+                nll -= float(np.take_along_axis(logp, actions[..., None], -1).sum())
+                ok += int((pred == actions).all(axis=1).sum())
+                pick += int((pred[:, 0] == actions[:, 0]).sum())
+                place += int((pred[:, 1] == actions[:, 1]).sum())
+            out[prefix + "success"] = ok / n
+            if split == "test":
+                out.update(pick_accuracy=pick / n, place_accuracy=place / n, loss=nll / (2 * n))
+        out["n"] = n
+        return out
+
+    def draw_attention(self, model, text: str, out_path) -> str:
+        """``npformer attention DIR "INSTRUCTION" --out FIG.png``: the ``npformer act`` figure for
+        scene 0 (``npformer act`` chooses the scene with --seed)."""
+        from ..cli.act import act, scene_for_seed
+        from ..viz.vision import save_act_figure
+
+        scene, _ = scene_for_seed(0)
+        res = act(model, scene, text)
+        save_act_figure(out_path, scene.image, res["words"], res["weights"], res["layout"], res["pick"],
+                        res["place"], model.config.patch_size, title=f"scene 0: {text}",
+                        probs=(res["p_pick"], res["p_place"]))
+        return f"scene 0: pick cell {res['pick']}, place cell {res['place']}\nwrote {out_path}"
