@@ -20,7 +20,8 @@ a (T, E) product (it picks kernels and blockings by shape), and NumPy's pairwise
 softmax groups a row's terms by the row's length, masked zeros included.
 
 Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
-D head size, E model width, S source positions, t new positions, V vocabulary.
+D head size, E model width, S source positions, p positions already cached, t new positions,
+V vocabulary.
 """
 from __future__ import annotations
 
