@@ -39,12 +39,16 @@ def torch_vla(params: dict, c: VLAConfig, ids, images):
         x = torch.nn.functional.layer_norm(x, (e,), params["encoder.norm.weight"], params["encoder.norm.bias"])
     pick = x[:, 0] @ params["pick_head.weight"].T + params["pick_head.bias"]
     place = x[:, 1] @ params["place_head.weight"].T + params["place_head.bias"]
-    return torch.stack([pick, place], dim=1)
+    out = torch.stack([pick, place], dim=1)
+    if c.head == "pointer":
+        keys = x[:, 2 + n_words:] @ params["cell_key.weight"].T    # (B, N, E)
+        out = out @ keys.transpose(1, 2) / math.sqrt(e)
+    return out
 
 
-def small_model(norm_first=True, rng=0):
+def small_model(norm_first=True, rng=0, head="pointer"):
     cfg = VLAConfig(vocab_size=9, max_words=5, image_size=8, patch_size=4, d_model=8, n_heads=2, d_ff=12,
-                    n_layers=2, norm_first=norm_first)
+                    n_layers=2, norm_first=norm_first, head=head)
     model = VLA(cfg, rng=rng).astype(np.float64).eval()
     r = np.random.default_rng(rng)
     for k, p in model.state_dict().items():   # non-zero biases, queries and affines: every path exercised
@@ -61,9 +65,9 @@ def batch(cfg, rng):
     return ids, images, actions
 
 
-@pytest.mark.parametrize("norm_first", [True, False])
-def test_vla_logits_loss_and_every_gradient(norm_first):
-    cfg, model = small_model(norm_first)
+@pytest.mark.parametrize("norm_first,head", [(True, "pointer"), (False, "linear")])
+def test_vla_logits_loss_and_every_gradient(norm_first, head):
+    cfg, model = small_model(norm_first, head=head)
     ids, images, actions = batch(cfg, np.random.default_rng(1))
     logits, _ = model.forward(ids, images)
     tp = {k: torch.tensor(v, requires_grad=True) for k, v in model.state_dict().items()}
@@ -113,5 +117,7 @@ def test_vla_shapes_and_config():
     assert model.act(ids, np.zeros((2, 32, 32, 3), np.float32)).shape == (2, 2)
     with pytest.raises(ValueError, match="divisible by n_heads"):
         VLAConfig(vocab_size=30, d_model=10)
+    with pytest.raises(ValueError, match="head"):
+        VLAConfig(vocab_size=30, head="mlp")
     with pytest.raises(ValueError, match="pad_id"):
         VLAConfig(vocab_size=3, pad_id=3)

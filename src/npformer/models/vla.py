@@ -4,8 +4,9 @@
         + words    E_w[ids] * sqrt(E) + P_w[i] + type[word]
         + patches  W patch + b + P_p[n] + type[patch]       (npformer.nn.patches)
     h   = Encoder(seq)                          pre-LN, padded words masked as keys
-    pick_logits  = pick_head(h[PICK])           over the 16 cells
-    place_logits = place_head(h[PLACE])
+    head="pointer" (default): each action token points at a cell, attention-style,
+        logits[a, n] = (W_a h[a] + b_a) . (W_k h[patch n]) / sqrt(E)
+    head="linear": logits[a] = W_a h[a] + b_a, one fixed output per cell
 
 Each token carries its own position information (a word table over word positions, a patch
 table over the grid) and a type embedding that says which kind of token it is. The action
@@ -14,7 +15,7 @@ looked at to act.
 
 Keys: ``action_queries`` (1, 2, E), ``word_embed.tok.weight``, ``word_embed.pos.weight``,
 ``patch_embed.{weight,bias,pos_embed}``, ``type_embed.weight`` (2, E), ``encoder.*``,
-``pick_head.*``, ``place_head.*``.
+``pick_head.*``, ``place_head.*`` and, for the pointer head, ``cell_key.weight``.
 Dimension legend: B batch, L words, N patches (= cells), T = 2 + L + N tokens, E width.
 """
 from __future__ import annotations
@@ -47,6 +48,7 @@ class VLAConfig(Config):
     activation: str = "gelu"       # feed-forward non-linearity
     norm_first: bool = True        # pre-LN (with a final norm) or post-LN
     pad_id: int = 0                # padding word id, masked out as a key
+    head: str = "pointer"          # "pointer": action query . patch key per cell; "linear": a fixed map
     eps: float = 1e-5              # LayerNorm epsilon
 
     def __post_init__(self) -> None:
@@ -60,6 +62,7 @@ class VLAConfig(Config):
         check_choice("activation", self.activation, ("relu", "gelu"))
         check_bool("norm_first", self.norm_first)
         check_pad_id(self.pad_id, self.vocab_size)
+        check_choice("head", self.head, ("pointer", "linear"))
         if self.eps <= 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
 
@@ -86,8 +89,12 @@ class VLA(Module):
         self.add_module("type_embed", Embedding(2, c.d_model, rng=rng, dtype=dtype, std=0.02))
         self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
                                            c.norm_first, final_norm=c.norm_first, eps=c.eps, rng=rng, dtype=dtype))
-        self.add_module("pick_head", Linear(c.d_model, c.n_cells, rng=rng, dtype=dtype))
-        self.add_module("place_head", Linear(c.d_model, c.n_cells, rng=rng, dtype=dtype))
+        out = c.d_model if c.head == "pointer" else c.n_cells
+        self.add_module("pick_head", Linear(c.d_model, out, rng=rng, dtype=dtype))
+        self.add_module("place_head", Linear(c.d_model, out, rng=rng, dtype=dtype))
+        if c.head == "pointer":
+            # no key bias: q . b_k shifts every cell's logit equally, so softmax ignores it
+            self.add_module("cell_key", Linear(c.d_model, c.d_model, bias=False, rng=rng, dtype=dtype))
 
     def layout(self, n_words: int) -> dict:
         """Where each kind of token sits in the sequence: name -> slice."""
@@ -124,20 +131,36 @@ class VLA(Module):
         keep = np.ones((b, x.shape[1]), dtype=bool)               # (B, T): padded words are not keys
         keep[:, self.layout(n_words)["words"]] = word_ids != c.pad_id
         h, c_enc = self.encoder.forward(x, mask=keep[:, None, None, :], rng=rng)  # (B, T, E)
-        pick, c_pick = self.pick_head.forward(h[:, 0])            # (B, N)
-        place, c_place = self.place_head.forward(h[:, 1])         # (B, N)
-        logits = np.stack([pick, place], axis=1)                  # (B, 2, N)
-        return logits, (c_w, c_p, c_enc, c_pick, c_place, h.shape, n_words)
+        pick, c_pick = self.pick_head.forward(h[:, 0])            # (B, N) or pointer query (B, E)
+        place, c_place = self.place_head.forward(h[:, 1])         # (B, N) or (B, E)
+        heads = np.stack([pick, place], axis=1)                   # (B, 2, N) or (B, 2, E)
+        c_key = None
+        if c.head == "pointer":
+            keys, c_key = self.cell_key.forward(h[:, self.layout(n_words)["patches"]])  # (B, N, E)
+            scale = h.dtype.type(c.d_model ** -0.5)
+            logits = (heads @ keys.transpose(0, 2, 1)) * scale    # (B, 2, N)
+            c_key = (c_key, heads, keys, scale)
+        else:
+            logits = heads                                        # (B, 2, N)
+        return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
 
     def backward(self, dlogits: np.ndarray, cache) -> dict:
         """dlogits (B, 2, N) -> grads, one per state_dict key."""
-        c_w, c_p, c_enc, c_pick, c_place, h_shape, n_words = cache
+        c_w, c_p, c_enc, c_pick, c_place, c_key, h_shape, n_words = cache
         lay = self.layout(n_words)
         grads: dict = {}
         dh = np.zeros(h_shape, dtype=dlogits.dtype)               # (B, T, E)
-        dh[:, 0], g = self.pick_head.backward(dlogits[:, 0], c_pick)
+        dheads = dlogits                                          # (B, 2, N)
+        if c_key is not None:                                     # pointer: logits = heads keys^T * scale
+            c_lin, heads, keys, scale = c_key
+            dlogits = dlogits * scale                             # (B, 2, N)
+            dheads = dlogits @ keys                               # (B, 2, E)
+            dkeys = dlogits.transpose(0, 2, 1) @ heads            # (B, N, E)
+            dh[:, lay["patches"]], g = self.cell_key.backward(dkeys, c_lin)
+            add_grads(grads, g, "cell_key")
+        dh[:, 0], g = self.pick_head.backward(dheads[:, 0], c_pick)
         add_grads(grads, g, "pick_head")
-        dh[:, 1], g = self.place_head.backward(dlogits[:, 1], c_place)
+        dh[:, 1], g = self.place_head.backward(dheads[:, 1], c_place)
         add_grads(grads, g, "place_head")
         dx, g = self.encoder.backward(dh, c_enc)                  # (B, T, E)
         add_grads(grads, g, "encoder")
