@@ -9,6 +9,10 @@ container that is not in the scene, is an error (exit 2); the policy never acts 
 Then it prints the predicted pick and place cells and draws them with the attention of the two
 action tokens over the image patches and the instruction words.
 
+``make demo`` gains a step here (``demo_step``, appended to ``npformer.cli.demo.STEPS`` when this
+module is imported, which ``npformer``'s parser does for every subcommand): it trains the tabletop
+policy with a shorter budget (DEMO_STEPS) and draws one held-out yellow-with-bowl episode.
+
 ``--study N`` measures, over N fresh instructions, per layer and head, how much attention the
 token "block"/"cube" gives the colour word and the word "the", and what the action tokens read;
 it prints the table as JSON. Nothing in training steers attention: this only observes it.
@@ -19,6 +23,10 @@ import json
 from pathlib import Path
 
 from . import CLIError
+
+
+DEMO_STEPS = 400                    # the demo's training budget (the task's default is longer, see tabletop.py)
+DEMO_INSTRUCTION = "pick up the yellow cube and drop it into the bowl"   # the pairing never trained on
 
 
 def register(subparsers) -> None:
@@ -80,6 +88,8 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     the mean attention weight
       block -> colour word, block -> "the" before the colour, block -> every "the" (summed);
       pick  -> colour word, pick -> "the" (summed);  place -> container word, place -> "the" (summed);
+      pick -> the patch of the block to pick, place -> the patch of the container; each action token's
+      total weight on words and on patches;
     and the share of instructions where block -> colour beats block -> the (the article before it).
     "block" means the block noun ("block" or "cube") of the instruction."""
     import numpy as np
@@ -95,15 +105,16 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     done = 0
     while done < n:
         b = min(batch_size, n - done)
-        ids, images, _, _ = sample_batch(rng, b, "all", model.config.max_words)
+        ids, images, actions, _ = sample_batch(rng, b, "all", model.config.max_words)
         _, cache = model.forward(ids, images.astype(model.dtype))
         w = np.stack([x["self"] for x in model.attention_weights(cache)], axis=1)  # (B, layers, H, T, T)
         lay = model.layout(ids.shape[1])
-        w0 = lay["words"].start
+        w0, p0 = lay["words"].start, lay["patches"].start
         if sums is None:
             n_layers, n_heads = w.shape[1:3]
             keys = ["block->colour", "block->the_before_colour", "block->all_the", "pick->colour", "pick->all_the",
-                    "place->container", "place->all_the"]
+                    "place->container", "place->all_the", "pick->its_block_patch", "place->its_container_patch",
+                    "pick->all_words", "pick->all_patches", "place->all_words", "place->all_patches"]
             sums = {k: np.zeros((n_layers, n_heads)) for k in keys}
             wins = np.zeros((n_layers, n_heads))
         for i in range(b):
@@ -124,6 +135,11 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
             sums["pick->all_the"] += wi[:, :, 0, [w0 + j for j in thes]].sum(-1)
             sums["place->container"] += wi[:, :, 1, w0 + cont]
             sums["place->all_the"] += wi[:, :, 1, [w0 + j for j in thes]].sum(-1)
+            sums["pick->its_block_patch"] += wi[:, :, 0, p0 + actions[i, 0]]
+            sums["place->its_container_patch"] += wi[:, :, 1, p0 + actions[i, 1]]
+            for a, name in ((0, "pick"), (1, "place")):
+                sums[f"{name}->all_words"] += wi[:, :, a, lay["words"]].sum(-1)
+                sums[f"{name}->all_patches"] += wi[:, :, a, lay["patches"]].sum(-1)
         done += b
     # every template puts "the" right before the colour, so block->the_before_colour has n terms
     out = {k: np.round(v / n, 4).tolist() for k, v in sums.items()}
@@ -161,3 +177,60 @@ def run(args) -> int:
                     probs=(res["p_pick"], res["p_place"]))
     print(f"figure: {out}")
     return 0
+
+
+# -- the demo step ------------------------------------------------------------------------------
+def demo_step(args) -> None:
+    """Train the tabletop policy briefly, report held-out success, act on a held-out pairing, draw it."""
+    import shutil
+
+    from ..data.tasks import get_task
+    from ..train.trainer import TrainConfig, Trainer
+    from .demo import banner
+
+    banner("5. Words and pixels in one sequence: a tiny vision-language-action policy (tabletop)")
+    final = Path(args.runs) / "tabletop"
+    staging = final.with_name(final.name + ".training")
+    task = get_task("tabletop").create()
+    cfg = TrainConfig(**{**task.default_train_config(), "steps": DEMO_STEPS, "warmup": min(50, DEMO_STEPS // 8),
+                         "seed": args.seed, "eval_every": 200, "final_eval_n": 1000})
+    trainer = Trainer.start(task, {}, cfg, staging, force=True)
+    m = trainer.model.config
+    print("scene: 32x32 RGB, a 4x4 grid of cells, 2-4 coloured blocks, a box and/or a bowl; instruction: "
+          "\"put the red block in the box\" and variations")
+    print(f"model: one encoder ({m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
+          f"{trainer.model.num_parameters():,} parameters) reads 2 action tokens + {m.max_words} word slots + "
+          f"{m.n_cells} image patches as one sequence; the action tokens point at the pick and place cells")
+    print(f"training: {cfg.steps} steps of {cfg.batch_size} fresh scenes (the demo's short budget; "
+          f"`npformer train tabletop` runs {task.default_train_config()['steps']}). Instructions pairing "
+          "yellow with the bowl are never trained on.", flush=True)
+    metrics = trainer.run(progress=not args.no_progress)
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
+    held = metrics["held_out"]
+    print(f"held-out scenes: success {held['success']:.1%} (pick and place both right, n={held['n']}); "
+          f"never-trained yellow-with-bowl instructions: {held['yellow_bowl_success']:.1%}")
+    seed = next(s for s in range(1000) if "yellow" in scene_for_seed(s)[0].blocks
+                and "bowl" in scene_for_seed(s)[0].containers)             # the first scene with both
+    scene, instruction = scene_for_seed(seed)[0], DEMO_INSTRUCTION
+    res = act(trainer.model.eval(), scene, instruction)
+    fig = final / "act.png"
+    from ..viz.vision import save_act_figure
+    save_act_figure(fig, scene.image, res["words"], res["weights"], res["layout"], res["pick"], res["place"],
+                    m.patch_size, title=f"demo: {instruction}", probs=(res["p_pick"], res["p_place"]))
+    right = res["pick"] == res["true_pick"] and res["place"] == res["true_place"]
+    print(f"scene {seed}: {describe(scene)}")
+    print(f"\"{instruction}\" -> pick cell {res['pick']}, place cell {res['place']} "
+          f"({'right' if right else 'wrong'}); figure: {fig}")
+    print(f"(the same: npformer act {final} --seed {seed} --instruction \"{instruction}\"; "
+          f"any scene: --seed S)")
+
+
+def _add_demo_step() -> None:
+    from . import demo
+    if all(name != "tabletop" for name, _ in demo.STEPS):
+        demo.STEPS.append(("tabletop", demo_step))
+
+
+_add_demo_step()

@@ -310,7 +310,7 @@ class TabletopTask(Task):
                 "in_channels": 3, "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.0}
 
     def default_train_config(self) -> dict:
-        return {"steps": 1500, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 75,
+        return {"steps": 800, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 50,
                 "optimizer": "adamw", "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 250,
                 "eval_n": 500}
 
