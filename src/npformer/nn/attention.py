@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..ops import attention_backward, attention_forward, linear_backward, linear_forward
+from ..ops import attention_backward, attention_forward, attention_inference, linear_backward, linear_forward
 from .basic import Linear
 from .module import Module
 
@@ -116,6 +116,29 @@ class MultiHeadAttention(Module):
         grads["in_proj_weight"] = np.concatenate([dwq, dwkv], axis=0)
         grads["in_proj_bias"] = np.concatenate([dbq, dbkv], axis=0)
         return dx_q, dx_kv, grads
+
+    # -- inference on packed sequences ------------------------------------------------------
+    def infer(self, x: np.ndarray, offsets=None) -> np.ndarray:
+        """Self-attention for inference: x (N, E) -> (N, E); no cache, no weights, no dropout.
+
+        x packs sequences one after another, sequence i in rows offsets[i]:offsets[i + 1]
+        (offsets (S + 1,) from 0 to N; None: all N rows are one sequence). Each sequence
+        attends to its own rows only, so nothing is padded and nothing is masked.
+        """
+        e, h = self.d_model, self.n_heads
+        d = e // h
+        n = x.shape[0]
+        offsets = (0, n) if offsets is None else offsets
+        w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
+        qkv = np.matmul(x, w.T)                                    # (N, 3E): q, k, v side by side
+        qkv += b
+        ctx = np.empty((n, e), dtype=x.dtype)                      # (N, E): the heads, merged
+        for s, t in zip(offsets[:-1], offsets[1:]):
+            if t > s:
+                qkv_heads = qkv[s:t].reshape(t - s, 3, h, d).transpose(1, 2, 0, 3)  # (3, H, L, D) view
+                ctx_heads = ctx[s:t].reshape(t - s, h, d).transpose(1, 0, 2)        # (H, L, D) view
+                attention_inference(qkv_heads[0], qkv_heads[1], qkv_heads[2], out=ctx_heads)
+        return self.out_proj.infer(ctx)                            # (N, E)
 
     # -- torch-style call -------------------------------------------------------------------
     def __call__(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,

@@ -98,6 +98,19 @@ class EncoderLayer(Module):
         """{'self': (B, H, S, S)} from a forward cache."""
         return cache[2]
 
+    def infer(self, x, offsets=None):
+        """Inference on packed sequences, x (N, E) -> (N, E): no cache, no dropout, no mask.
+        Sequence i is rows offsets[i]:offsets[i + 1] (see ``MultiHeadAttention.infer``)."""
+        if self.norm_first:
+            x = x + self.self_attn.infer(self.norm1.infer(x), offsets)
+            return x + self.ffn.infer(self.norm2.infer(x))
+        a = self.self_attn.infer(x, offsets)                       # (N, E)
+        a += x
+        x = self.norm1.infer(a, out=a)                             # post-LN: norm(x + attention(x))
+        f = self.ffn.infer(x)                                      # (N, E)
+        f += x
+        return self.norm2.infer(f, out=f)
+
     def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False, *, rng=None):
         """Called as ``torch.nn.TransformerEncoderLayer(batch_first=True)``, on NumPy arrays.
 

@@ -50,6 +50,13 @@ class Encoder(Module):
         """One {'self': (B, H, S, S)} per layer."""
         return [EncoderLayer.attention_weights(c) for c in cache[0]]
 
+    def infer(self, x, offsets=None):
+        """Inference on packed sequences x (N, E) -> (N, E): no cache, no dropout, no padding.
+        Sequence i is rows offsets[i]:offsets[i + 1]; None: all rows are one sequence."""
+        for layer in self.layers:
+            x = layer.infer(x, offsets)
+        return x if self.norm is None else self.norm.infer(x)
+
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=None, *, rng=None):
         """Called as ``torch.nn.TransformerEncoder`` (batch-first layers), on NumPy arrays.
 

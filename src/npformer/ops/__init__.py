@@ -1,22 +1,22 @@
 """Core ops: each a forward/backward pair with an explicit cache (see STYLE.md)."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
-from .attention import attention_backward, attention_forward, causal_mask
+from .attention import attention_backward, attention_forward, attention_inference, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
-from .layernorm import layernorm_backward, layernorm_forward
+from .layernorm import layernorm_backward, layernorm_forward, layernorm_inference
 from .linear import linear_backward, linear_forward
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .positional import sinusoidal_positions, sinusoidal_positions_2d
-from .softmax import log_softmax, softmax_backward, softmax_forward
+from .softmax import log_softmax, softmax_backward, softmax_forward, softmax_numerator_
 
 __all__ = [
-    "attention_backward", "attention_forward", "causal_mask",
+    "attention_backward", "attention_forward", "attention_inference", "causal_mask",
     "cross_entropy_backward", "cross_entropy_forward",
     "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
     "erf", "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
-    "layernorm_backward", "layernorm_forward",
+    "layernorm_backward", "layernorm_forward", "layernorm_inference",
     "linear_backward", "linear_forward",
-    "log_softmax", "softmax_backward", "softmax_forward",
+    "log_softmax", "softmax_backward", "softmax_forward", "softmax_numerator_",
     "sinusoidal_positions", "sinusoidal_positions_2d",
 ]

@@ -19,9 +19,25 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None):
     y = np.subtract(x, m, out=out)                          # (..., N)
     np.exp(y, out=y)
     s = y.sum(axis=-1, keepdims=True)                       # (..., 1)
-    # rows with s == 0 are fully masked: leave their zeros
-    np.divide(y, s, out=y, where=s > 0)
+    # rows with s == 0 are fully masked: leave their zeros. One reciprocal per row and a
+    # plain multiply: a divide with ``where=`` takes numpy's slow masked loop over all of y.
+    r = np.zeros_like(s)                                    # (..., 1)
+    np.divide(1.0, s, out=r, where=s > 0)
+    y *= r
     return y, y
+
+
+def softmax_numerator_(x: np.ndarray) -> np.ndarray:
+    """In place, x <- exp(x - max(x)) over the last axis; returns the row sums (..., 1).
+
+    softmax(x) is x / sums afterwards. Attention at inference divides its output instead,
+    softmax(s) @ v = (exp(s - m) @ v) / sum(exp(s - m)): Dv divisions per row, not N.
+    Every row needs a finite entry (no masking here).
+    """
+    m = np.maximum.reduce(x, axis=-1, keepdims=True)        # (..., 1)
+    np.subtract(x, m, out=x)                                # (..., N)
+    np.exp(x, out=x)
+    return np.add.reduce(x, axis=-1, keepdims=True)         # (..., 1)
 
 
 def softmax_backward(dy: np.ndarray, cache) -> np.ndarray:
