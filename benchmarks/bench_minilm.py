@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--profile", action="store_true", help="cProfile one npformer pass and print the top entries")
     ap.add_argument("--skip-torch", action="store_true", help="time npformer only")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="npformer's threads (default: as many as numpy's BLAS threads)")
     args = ap.parse_args()
 
     from npformer.pretrained import SentenceEncoder
@@ -82,7 +84,7 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
 
-    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size)}
+    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size, threads=args.threads)}
     if not args.skip_torch:
         import torch
         from sentence_transformers import SentenceTransformer

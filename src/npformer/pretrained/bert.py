@@ -97,6 +97,14 @@ class BertEmbeddings(Module):
         y, c_norm = self.LayerNorm.forward(x)                              # (B, T, E)
         return y, (c_word, c_norm)
 
+    def infer(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Packed sequences: ids (N,) int, positions (N,) int (each sequence from 0) -> (N, E).
+        Every token is in segment A (token type 0), as for a single sentence."""
+        x = self.word_embeddings.params["weight"][ids]                     # (N, E)
+        x += self.position_embeddings.params["weight"][positions]          # (N, E)
+        x += self.token_type_embeddings.params["weight"][0]                # (E,)
+        return self.LayerNorm.infer(x, out=x)
+
 
 class BertModel(Module):
     """BERT's encoder: ``embeddings`` then ``encoder`` (an ``npformer.nn.Encoder``, post-LN, GELU).
@@ -138,6 +146,23 @@ class BertModel(Module):
         x, _ = self.embeddings.forward(ids, token_type_ids)                # (B, T, E)
         h, _ = self.encoder.forward(x, mask=mask)                          # (B, T, E)
         return h
+
+    def infer(self, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Fast path for inference on a list of id sequences, packed without padding.
+
+        Returns (h (N, E), offsets (S + 1,)): sequence i's hidden states are rows
+        offsets[i]:offsets[i + 1]. Same numbers as ``forward`` with a padding mask, to float
+        rounding, with no work on padding and no mask.
+        """
+        lengths = np.array([len(s) for s in seqs])                         # (S,)
+        if lengths.min(initial=1) < 1 or lengths.max(initial=0) > self.config.max_position_embeddings:
+            raise ValueError(f"each sequence needs 1 to {self.config.max_position_embeddings} ids, "
+                             f"got lengths {lengths.min()} to {lengths.max()}")
+        offsets = np.concatenate([[0], np.cumsum(lengths)])                # (S + 1,)
+        ids = np.concatenate(seqs)                                         # (N,)
+        positions = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)  # (N,) 0.. within each
+        x = self.embeddings.infer(ids, positions)                          # (N, E)
+        return self.encoder.infer(x, offsets), offsets
 
 
 # -- loading -----------------------------------------------------------------------------------

