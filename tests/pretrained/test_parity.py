@@ -1,0 +1,114 @@
+"""all-MiniLM-L6-v2 in npformer against sentence-transformers (embeddings) and transformers'
+BertModel (per-token hidden states): same directory, float32, CPU.
+
+Targets (issue 5): embeddings within 1e-5 in every dimension with cosine >= 0.99999;
+hidden states within 1e-4. Sentences of many lengths, the empty one, and some past the
+256-word-piece maximum, which both sides must truncate alike.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+sentence_transformers = pytest.importorskip("sentence_transformers")
+transformers = pytest.importorskip("transformers")
+
+from npformer.pretrained import SentenceEncoder  # noqa: E402
+
+WORDS = ("attention transformer numpy sentence embedding the a of cat sat on mat quickly "
+         "photosynthesis unbelievable internationalization 1999 42 , . ! ?").split()
+
+
+def sentences() -> list[str]:
+    rng = np.random.default_rng(5)
+    made = [" ".join(rng.choice(WORDS, size=n)) for n in (2, 9, 31, 77, 140, 260, 400)]
+    return made + [
+        "",
+        "Hello",
+        "  leading and trailing spaces  ",
+        "Café naïve façade — “quotes” and ünïcödé, 東京タワー, emoji 🙂.",
+        "A sentence. Another sentence! And a question?",
+        "x " * 600,                                             # 600 one-piece words: far past 256
+    ]
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    from npformer.pretrained import default_model_dir
+    try:
+        return default_model_dir()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def enc(model_dir):
+    return SentenceEncoder.load(model_dir)
+
+
+@pytest.fixture(scope="module")
+def st_model(model_dir):
+    return sentence_transformers.SentenceTransformer(str(model_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def st_embeddings(st_model):
+    with torch.inference_mode():
+        return st_model.encode(sentences(), batch_size=64, convert_to_numpy=True)
+
+
+def check_close(ours, ref):
+    assert ours.dtype == np.float32 and ours.shape == ref.shape
+    diff = float(np.abs(ours - ref).max())
+    cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
+    assert diff <= 1e-5, f"max abs difference {diff:.2e}"
+    assert cos.min() >= 0.99999, f"min cosine {cos.min():.7f}"
+    return diff, float(cos.min())
+
+
+def test_tokenizer_matches_sentence_transformers(enc, st_model):
+    texts = sentences()
+    ours = enc.tokenizer.encode(texts)
+    feats = st_model.tokenize(texts)
+    ids, mask = feats["input_ids"].numpy(), feats["attention_mask"].numpy().astype(bool)
+    for i, t in enumerate(texts):
+        assert np.array_equal(ours[i], ids[i][mask[i]]), f"text {i} ({t[:30]!r}...)"
+    assert max(len(s) for s in ours) == 256, "long texts are cut at max_seq_length"
+
+
+@pytest.mark.parametrize("threads,batch_size", [(1, 64), (2, 3)])
+def test_embeddings_match_sentence_transformers(enc, st_embeddings, threads, batch_size):
+    ours = enc.encode(sentences(), batch_size=batch_size, threads=threads)
+    check_close(ours, st_embeddings)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+
+
+def test_input_order_kept_and_empty_string(enc, st_embeddings):
+    texts = sentences()
+    perm = np.random.default_rng(1).permutation(len(texts))
+    ours = enc.encode([texts[i] for i in perm], batch_size=4)
+    check_close(ours, st_embeddings[perm])
+    empty = enc.encode([""])[0]
+    check_close(empty[None], st_embeddings[texts.index("")][None])
+
+
+def test_hidden_states_match_bert_model(enc, model_dir):
+    """Per-token last hidden states: the padded forward and the packed fast path, each vs
+    transformers' BertModel on the same ids and attention mask."""
+    bert = transformers.BertModel.from_pretrained(str(model_dir)).eval()
+    texts = sentences()
+    seqs = enc.tokenizer.encode(texts)
+    ids, mask = enc.tokenizer.pad(seqs)                                # (B, T), (B, T)
+    with torch.inference_mode():
+        ref = bert(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask.astype(np.int64)),
+                   ).last_hidden_state.numpy()                          # (B, T, E)
+    packed = enc.token_embeddings(texts, batch_size=5)                 # [(T_i, E)]
+    some = [0, 1, 5, 7, 10]                                            # the padded path on a few, one of 256
+    padded = enc.model.forward(ids[some], mask[some])                  # (5, T, E)
+    worst = 0.0
+    for i, s in enumerate(seqs):
+        n = len(s)
+        assert packed[i].shape == (n, 384)
+        worst = max(worst, np.abs(packed[i] - ref[i, :n]).max())
+        if i in some:
+            worst = max(worst, np.abs(padded[some.index(i), :n] - ref[i, :n]).max())
+    assert worst <= 1e-4, f"hidden states differ by {worst:.2e}"
