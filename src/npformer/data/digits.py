@@ -85,11 +85,14 @@ class DigitsTask(Task):
     @dataclass
     class Settings:
         augment: bool = True            # random affine warps of the training images
+        augment_prob: float = 0.5       # share of each batch that is warped (the rest stays sharp, as the test set)
         max_shift: float = 1.0          # pixels, each direction
         max_rotate: float = 12.0        # degrees, each direction
         max_scale: float = 0.1          # relative size change, each direction
 
         def __post_init__(self) -> None:
+            if not 0.0 <= self.augment_prob <= 1.0:
+                raise ValueError(f"augment_prob must be in [0, 1], got {self.augment_prob}")
             if self.max_shift < 0 or self.max_rotate < 0 or not 0 <= self.max_scale < 1:
                 raise ValueError(f"need max_shift >= 0, max_rotate >= 0 and 0 <= max_scale < 1, got "
                                  f"{self.max_shift}, {self.max_rotate}, {self.max_scale}")
@@ -111,7 +114,9 @@ class DigitsTask(Task):
         x = self.x_train[idx]                                         # (B, 8, 8, 1)
         if self.settings.augment:
             s = self.settings
-            x = augment(x, rng, s.max_shift, s.max_rotate, s.max_scale)
+            warped = augment(x, rng, s.max_shift, s.max_rotate, s.max_scale)  # (B, 8, 8, 1)
+            keep = rng.random(batch_size) >= s.augment_prob               # (B,) these stay as they are
+            x = np.where(keep[:, None, None, None], x, warped)
         n_tokens = (IMAGE_SIZE // 2) ** 2 + 1                         # patches + [CLS], default patch size 2
         return Batch((x, self.y_train[idx]), n_tokens=batch_size * n_tokens)
 
