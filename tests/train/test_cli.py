@@ -122,3 +122,26 @@ def test_eval_of_a_checkpoint_that_does_not_match_its_config(copy_run, capsys, t
     rc, _, err = cli(capsys, "eval", bad)
     assert rc == 2
     one_line_error(err, "does not match config.json")
+
+
+def test_demo_runs_its_steps_end_to_end(tmp_path, capsys, monkeypatch):
+    """The demo's glue on a 2-step dates model: train into runs/dates (twice: the second run replaces
+    the first only when it has finished), then translate. The lesson and the attention figure have
+    their own tests; the curves and a 2,000-date evaluation are skipped here for time."""
+    from npformer.cli import build_parser, demo
+    from npformer.data.dates import DatesTask
+    build_parser()                                  # imports every command, which may add demo steps
+    from npformer.train.trainer import Trainer
+    monkeypatch.setattr(DatesTask, "eval_size", 20)
+    monkeypatch.setattr(Trainer, "plot", lambda self: None)
+    monkeypatch.setattr(demo, "STEPS", [s for s in demo.STEPS if s[0] in ("lesson", "train", "translate")])
+    argv = ("demo", "--runs", tmp_path, "--steps", 2, "--skip", "lesson", "--no-progress")
+    for _ in range(2):
+        rc, out, _ = cli(capsys, *argv)
+        assert rc == 0
+        assert "held-out exact match" in out and "29 November 2026  ->" in out
+        assert (tmp_path / "dates" / "model.safetensors").is_file()
+        assert {p.name for p in tmp_path.iterdir()} == {"dates"}
+    rc, _, err = cli(capsys, "demo", "--skip", "nothing")
+    assert rc == 2
+    one_line_error(err, "unknown step 'nothing'")

@@ -99,6 +99,7 @@ def test_cosine_schedule():
     assert cosine_lr(total + 50, peak, w, total, floor) == floor
     lrs = [cosine_lr(s, peak, w, total, floor) for s in range(w, total + 1)]
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))                   # monotone after warmup
+    assert cosine_lr(3, peak, 10, 5) == pytest.approx(peak * 0.3)        # a run shorter than its warmup
     with pytest.raises(ValueError, match="number of steps"):
         make_schedule("cosine", d_model=8, warmup=1, lr=1e-3, lr_scale=1.0, total_steps=None, min_lr=0.0)
 

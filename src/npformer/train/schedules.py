@@ -37,10 +37,10 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
 def cosine_lr(step: int, peak_lr: float, warmup: int, total_steps: int, min_lr: float = 0.0) -> float:
     """Linear warmup to ``peak_lr``, then a half cosine down to ``min_lr`` at ``total_steps``."""
     step = _check_step(step)
-    if not 0 <= warmup < total_steps:
-        raise ValueError(f"cosine schedule needs 0 <= warmup < total_steps, got warmup={warmup}, "
+    if warmup < 0 or total_steps < 1:
+        raise ValueError(f"cosine schedule needs warmup >= 0 and total_steps >= 1, got warmup={warmup}, "
                          f"total_steps={total_steps}")
-    if warmup and step <= warmup:
+    if warmup and step <= warmup:                                        # (a run shorter than its warmup only warms up)
         return peak_lr * step / warmup
     if step >= total_steps:
         return min_lr

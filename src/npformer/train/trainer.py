@@ -135,6 +135,7 @@ class Trainer:
                                       lr_scale=train.lr_scale, total_steps=train.steps, min_lr=train.min_lr)
         self.step = 0
         self.elapsed = 0.0                     # training seconds, all invocations together
+        self.cpu = 0.0                         # CPU seconds of those steps (all threads), ditto
         self.tokens = 0                        # tokens read, all invocations together
         self.metrics: dict = {}
         self.data_rng = self.dropout_rng = None
@@ -200,8 +201,9 @@ class Trainer:
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self) -> None:
-        state = {"seed": self.cfg.seed, "elapsed_seconds": self.elapsed, "tokens": self.tokens,
-                 "data_rng": _rng_state(self.data_rng), "dropout_rng": _rng_state(self.dropout_rng)}
+        state = {"seed": self.cfg.seed, "elapsed_seconds": self.elapsed, "cpu_seconds": self.cpu,
+                 "tokens": self.tokens, "data_rng": _rng_state(self.data_rng),
+                 "dropout_rng": _rng_state(self.dropout_rng)}
         save_checkpoint(self.out, self.model.state_dict(), self.optimizer.state_dict(), state, self.step)
 
     def load(self) -> None:
@@ -221,6 +223,7 @@ class Trainer:
         self.optimizer.load_state_dict(opt)
         self.step = int(state["step"])
         self.elapsed = float(state.get("elapsed_seconds", 0.0))
+        self.cpu = float(state.get("cpu_seconds", 0.0))
         self.tokens = int(state.get("tokens", 0))
         self.data_rng = _rng_from_state(state["data_rng"])
         self.dropout_rng = _rng_from_state(state["dropout_rng"])
@@ -267,7 +270,8 @@ class Trainer:
     def _record(self, metrics: dict, final: bool, stopped: str | None = None) -> None:
         self.metrics = {"task": self.task.name, "step": self.step, "final": final,
                         "primary_metric": self.task.primary_metric, "held_out": metrics,
-                        "elapsed_seconds": round(self.elapsed, 3), "tokens": self.tokens,
+                        "elapsed_seconds": round(self.elapsed, 3), "cpu_seconds": round(self.cpu, 3),
+                        "tokens": self.tokens,
                         "tokens_per_second": round(self.tokens / max(self.elapsed, 1e-9), 1),
                         "parameters": self.model.num_parameters()}
         if stopped:
@@ -304,7 +308,7 @@ class Trainer:
                     if time.monotonic() >= deadline:
                         stopped = "minutes"
                         break
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     step = self.step + 1
                     lr = self.schedule(step)
                     batch = task.train_batch(self.data_rng, cfg.batch_size)
@@ -321,6 +325,7 @@ class Trainer:
                     self.optimizer.step(grads, lr=lr)
                     dt = time.perf_counter() - t0
                     self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
+                    self.cpu += time.process_time() - c0
                     writer.writerow([step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens,
                                      f"{self.elapsed:.3f}"])
                     ema = loss if ema is None else 0.95 * ema + 0.05 * loss
