@@ -90,7 +90,8 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
       pick  -> colour word, pick -> "the" (summed);  place -> container word, place -> "the" (summed);
       pick -> the patch of the block to pick, place -> the patch of the container; each action token's
       total weight on words and on patches;
-    and the share of instructions where block -> colour beats block -> the (the article before it).
+    and the share of instructions where block -> colour beats block -> the (the article before it),
+    "the" (before the colour) -> colour, and the weight one key would get if attention were uniform.
     "block" means the block noun ("block" or "cube") of the instruction."""
     import numpy as np
 
@@ -102,6 +103,7 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     cont_ids = {WORD_TO_ID[k] for k in CONTAINERS}
     sums = None
     wins = None
+    uniform = 0.0                                                 # the weight of one key if attention were uniform
     done = 0
     while done < n:
         b = min(batch_size, n - done)
@@ -114,7 +116,8 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
             n_layers, n_heads = w.shape[1:3]
             keys = ["block->colour", "block->the_before_colour", "block->all_the", "pick->colour", "pick->all_the",
                     "place->container", "place->all_the", "pick->its_block_patch", "place->its_container_patch",
-                    "pick->all_words", "pick->all_patches", "place->all_words", "place->all_patches"]
+                    "pick->all_words", "pick->all_patches", "place->all_words", "place->all_patches",
+                    "the_before_colour->colour"]
             sums = {k: np.zeros((n_layers, n_heads)) for k in keys}
             wins = np.zeros((n_layers, n_heads))
         for i in range(b):
@@ -125,11 +128,13 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
             thes = [j for j, t in enumerate(row) if t == the_id]
             before = colour - 1 if colour > 0 and row[colour - 1] == the_id else None
             wi = w[i]                                             # (layers, H, T, T)
+            uniform += 1.0 / (2 + int((row != 0).sum()) + lay["patches"].stop - lay["patches"].start)
             q_noun = wi[:, :, w0 + noun]                          # (layers, H, T)
             sums["block->colour"] += q_noun[..., w0 + colour]
             if before is not None:
                 sums["block->the_before_colour"] += q_noun[..., w0 + before]
                 wins += q_noun[..., w0 + colour] > q_noun[..., w0 + before]
+                sums["the_before_colour->colour"] += wi[:, :, w0 + before, w0 + colour]
             sums["block->all_the"] += q_noun[..., [w0 + j for j in thes]].sum(-1)
             sums["pick->colour"] += wi[:, :, 0, w0 + colour]
             sums["pick->all_the"] += wi[:, :, 0, [w0 + j for j in thes]].sum(-1)
@@ -144,7 +149,7 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     # every template puts "the" right before the colour, so block->the_before_colour has n terms
     out = {k: np.round(v / n, 4).tolist() for k, v in sums.items()}
     out["share_block_colour_beats_the"] = np.round(wins / n, 4).tolist()
-    return {"n": n, "seed": seed, "indexing": "[layer][head]", **out}
+    return {"n": n, "seed": seed, "indexing": "[layer][head]", "uniform_weight": round(uniform / n, 4), **out}
 
 
 def run(args) -> int:

@@ -23,10 +23,15 @@ def patch_map(weights_over_patches: np.ndarray, grid: int, patch: int) -> np.nda
 
 
 def _overlay(ax, image: np.ndarray, heat: np.ndarray, vmax: float | None = None, cmap: str = "inferno") -> None:
-    grey = image.ndim == 2 or image.shape[-1] == 1
-    ax.imshow(image.squeeze(-1) if image.ndim == 3 and grey else image, cmap="gray" if grey else None,
-              interpolation="nearest", vmin=0, vmax=1)
-    ax.imshow(heat, cmap=cmap, alpha=0.55, interpolation="nearest", vmin=0, vmax=vmax or max(heat.max(), 1e-9))
+    """A grey image: the heat map, with the image's strokes drawn on top as contours.
+    An RGB image: the image, with the heat map laid over it translucently."""
+    vmax = vmax or max(float(heat.max()), 1e-9)
+    if image.ndim == 2 or image.shape[-1] == 1:
+        ax.imshow(heat, cmap=cmap, interpolation="nearest", vmin=0, vmax=vmax)
+        ax.contour(image.reshape(image.shape[:2]), levels=[0.35], colors="cyan", linewidths=1.2)
+    else:
+        ax.imshow(image, interpolation="nearest", vmin=0, vmax=1)
+        ax.imshow(heat, cmap=cmap, alpha=0.55, interpolation="nearest", vmin=0, vmax=vmax)
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -46,7 +51,8 @@ def _save(fig, path) -> Path:
 # -- ViT: [CLS] -> patches -----------------------------------------------------------------------
 def digit_attention_figure(image: np.ndarray, weights: list, patch: int, title: str = ""):
     """image (H, W, 1) in [0, 1]; weights: per layer (H_heads, T, T) with token 0 = [CLS].
-    One row per layer: the image, then each head's [CLS] -> patch weights over it, then their mean."""
+    One row per layer: the image, then each head's [CLS] -> patch weights (bright = more, each panel
+    scaled to its own maximum) with the digit's strokes as cyan contours, then the mean of the heads."""
     from matplotlib.figure import Figure
 
     n_layers, n_heads = len(weights), weights[0].shape[0]
