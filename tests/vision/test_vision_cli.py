@@ -85,3 +85,18 @@ def test_bad_input_is_one_line_and_exit_2(runs, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
+
+
+def test_demo_tabletop_step(tmp_path, capsys, monkeypatch):
+    """The demo's tabletop step on a 3-step budget: trains into RUNS/tabletop, acts, draws."""
+    from npformer.cli import act, build_parser, demo
+
+    build_parser()                                  # importing the commands adds the tabletop step
+    assert [n for n, _ in demo.STEPS].count("tabletop") == 1
+    monkeypatch.setattr(demo, "STEPS", [s for s in demo.STEPS if s[0] == "tabletop"])
+    monkeypatch.setattr(act, "DEMO_STEPS", 3)
+    monkeypatch.setattr(act, "DEMO_EVAL_N", 20)
+    assert main(["demo", "--runs", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "yellow-with-bowl" in out and (tmp_path / "tabletop" / "act.png").is_file()
+    assert not (tmp_path / "tabletop.training").exists()

@@ -26,6 +26,7 @@ from . import CLIError
 
 
 DEMO_STEPS = 400                    # the demo's training budget (the task's default is longer, see tabletop.py)
+DEMO_EVAL_N = 1000                  # held-out scenes per split in the demo's final evaluation
 DEMO_INSTRUCTION = "pick up the yellow cube and drop it into the bowl"   # the pairing never trained on
 
 
@@ -198,7 +199,7 @@ def demo_step(args) -> None:
     staging = final.with_name(final.name + ".training")
     task = get_task("tabletop").create()
     cfg = TrainConfig(**{**task.default_train_config(), "steps": DEMO_STEPS, "warmup": min(50, DEMO_STEPS // 8),
-                         "seed": args.seed, "eval_every": 200, "final_eval_n": 1000})
+                         "seed": args.seed, "eval_every": 200, "final_eval_n": DEMO_EVAL_N})
     trainer = Trainer.start(task, {}, cfg, staging, force=True)
     m = trainer.model.config
     print("scene: 32x32 RGB, a 4x4 grid of cells, 2-4 coloured blocks, a box and/or a bowl; instruction: "
