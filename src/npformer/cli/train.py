@@ -23,7 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/TASK)")
     p.add_argument("--steps", type=int, metavar="N", help="train to step N (default: the task's)")
     p.add_argument("--minutes", type=float, metavar="M",
-                   help="stop after M minutes of this invocation (with --steps: whichever comes first)")
+                   help="also stop after M minutes of this invocation (whichever of --steps and --minutes "
+                        "comes first; --set steps=none trains by time alone with the noam schedule)")
     p.add_argument("--seed", type=int, metavar="S", help="seed of every random number (default 0)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model, train or data setting, e.g. d_model=128, train.lr=1e-3 (repeatable)")
@@ -60,8 +61,6 @@ def run(args) -> int:
         budget["steps"] = args.steps
     if args.minutes is not None:
         budget["minutes"] = args.minutes
-        if args.steps is None and "steps" not in sets["train"]:
-            budget["steps"] = None                                      # train until the time is up
 
     t0 = time.monotonic()
     if args.resume:
