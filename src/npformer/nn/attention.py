@@ -127,8 +127,12 @@ class MultiHeadAttention(Module):
         """
         e, h = self.d_model, self.n_heads
         d = e // h
+        if x.ndim != 2 or x.shape[1] != e:
+            raise ValueError(f"x must be packed as (N, {e}), got shape {x.shape}")
         n = x.shape[0]
         offsets = (0, n) if offsets is None else offsets
+        if offsets[0] != 0 or offsets[-1] != n:
+            raise ValueError(f"offsets must run from 0 to N={n}, got {offsets[0]} to {offsets[-1]}")
         w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
         qkv = np.matmul(x, w.T)                                    # (N, 3E): q, k, v side by side
         qkv += b
