@@ -52,6 +52,46 @@ def blas_info() -> str:
                      for i in threadpool_info() if i.get("user_api") == "blas")
 
 
+# (file suffix, function) -> part of the work, for the profile summary; "self" = the
+# function's own time (its matrix products), "cum" = with everything it calls
+PARTS = [
+    ("nn/basic.py", "infer", "self", "matrix products: out_proj, FFN (Linear.infer)"),
+    ("nn/attention.py", "infer", "self", "matrix product: q, k, v projection (MultiHeadAttention.infer)"),
+    ("ops/attention.py", "attention_inference", "self", "attention: scores and weighted sums (small products)"),
+    ("ops/softmax.py", "softmax_numerator_", "cum", "attention: softmax (max, exp, sum)"),
+    ("ops/activations.py", "gelu_forward", "cum", "GELU"),
+    ("ops/layernorm.py", "layernorm_inference", "cum", "LayerNorm"),
+    ("", "encode_batch", "cum", "tokenizer"),
+]
+
+
+def profile(enc, sentences, batch_size) -> None:
+    """cProfile one pass on ONE core (one thread, BLAS held to one thread: cProfile sees only
+    the calling thread), in CPU time, grouped into the parts of the work."""
+    import cProfile
+    import pstats
+
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        enc.encode(sentences[:batch_size], batch_size=batch_size, threads=1)  # warm-up
+        prof = cProfile.Profile(time.process_time)
+        t = time.process_time()
+        prof.runcall(enc.encode, sentences, batch_size=batch_size, threads=1)
+        total = time.process_time() - t
+    print(f"npformer on one core (profiled): {len(sentences) / total:.1f} sentences/s, {total:.2f} s CPU")
+    stats = pstats.Stats(prof)
+    seen = 0.0
+    print(f"{'part':64s} {'s':>7s} {'share':>6s}")
+    for suffix, func, kind, label in PARTS:
+        t_part = sum((tt if kind == "self" else ct) for (f, _, name), (_, _, tt, ct, _) in stats.stats.items()
+                     if name == func and f.replace(os.sep, "/").endswith(suffix))
+        seen += t_part
+        print(f"{label:64s} {t_part:7.2f} {t_part / total:6.1%}")
+    print(f"{'everything else (embeddings, pooling, Python)':64s} {total - seen:7.2f} {(total - seen) / total:6.1%}")
+    stats.sort_stats("tottime").print_stats(12)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="number of sentences (default 1000)")
@@ -74,14 +114,7 @@ def main() -> None:
           f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
 
     if args.profile:
-        import cProfile
-        import pstats
-        enc.encode(sentences[:args.batch_size], batch_size=args.batch_size)  # warm-up
-        prof = cProfile.Profile()
-        t = time.perf_counter()
-        prof.runcall(enc.encode, sentences, batch_size=args.batch_size)
-        print(f"npformer (profiled): {len(sentences) / (time.perf_counter() - t):.1f} sentences/s")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        profile(enc, sentences, args.batch_size)
         return
 
     runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size, threads=args.threads)}

@@ -83,8 +83,10 @@ class SentenceEncoder:
     def load(cls, path: str | Path | None = None) -> "SentenceEncoder":
         """From a sentence-transformers directory; None means all-MiniLM-L6-v2."""
         path = default_model_dir() if path is None else Path(path)
-        if not path.is_dir():
+        if not path.exists():
             raise FileNotFoundError(f"model directory {path} does not exist")
+        if not path.is_dir():
+            raise NotADirectoryError(f"model path {path} is not a directory")
         st_cfg = _read_json(path / "sentence_bert_config.json", "the maximum length")
         pooling, normalize = _read_modules(path)
         model = load_bert(path)
@@ -124,7 +126,8 @@ class SentenceEncoder:
         return seqs, pieces
 
     def _run(self, sentences, batch_size: int, threads: int | None, fn):
-        """Yields (positions in input, fn(h, offsets)) per piece; h (n, E) the packed hidden states."""
+        """(number of texts, iterator of (positions in input, fn(h, offsets)) per piece), pieces in
+        order; h (n, E) holds a piece's hidden states packed, offsets (b + 1,) where each text starts."""
         sentences = self._check(sentences, batch_size)
         threads = default_threads() if threads is None else int(threads)
         if threads < 1:
@@ -134,7 +137,7 @@ class SentenceEncoder:
         def work(idx):
             h, offsets = self.model.infer([seqs[i] for i in idx])          # (n, E), (b + 1,)
             return idx, fn(h, offsets)
-        return len(sentences), len(pieces), map_threads(work, pieces, threads)
+        return len(sentences), map_threads(work, pieces, threads)
 
     def _pool(self, h: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Packed hidden states h (N, E), offsets (B + 1,) -> (B, E * number of pooling modes)."""
@@ -168,13 +171,18 @@ class SentenceEncoder:
                 emb /= np.maximum(norm, emb.dtype.type(1e-12))            # as torch's F.normalize
             return emb
 
-        n, n_pieces, results = self._run(sentences, batch_size, threads, embed)
+        n, results = self._run(sentences, batch_size, threads, embed)
+        bar = None
         if progress:
             from tqdm import tqdm
-            results = tqdm(results, total=n_pieces, unit="batch", desc="embedding")
+            bar = tqdm(total=n, unit="sentence", desc="embedding")
         out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
         for idx, emb in results:
             out[idx] = emb
+            if bar is not None:
+                bar.update(len(idx))
+        if bar is not None:
+            bar.close()
         return out
 
     def token_embeddings(self, sentences, batch_size: int = 64, threads: int | None = None) -> list[np.ndarray]:
@@ -182,7 +190,7 @@ class SentenceEncoder:
         def split(h, offsets):
             return [h[s:t].copy() for s, t in zip(offsets[:-1], offsets[1:])]   # (T_i, E) each
 
-        n, _, results = self._run(sentences, batch_size, threads, split)
+        n, results = self._run(sentences, batch_size, threads, split)
         out: list = [None] * n
         for idx, states in results:
             for i, st in zip(idx, states):

@@ -50,5 +50,9 @@ def map_threads(fn, items: list, threads: int):
         for item in items:
             yield fn(item)
         return
-    with _blas_limited(1), ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
-        yield from pool.map(fn, items)
+    with _blas_limited(1):
+        pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
+        try:
+            yield from pool.map(fn, items)
+        finally:                            # on an error or Ctrl-C, drop the pieces not started
+            pool.shutdown(wait=True, cancel_futures=True)
