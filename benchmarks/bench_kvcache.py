@@ -45,6 +45,9 @@ def main() -> None:
           f"max_len={cfg.max_len} ({model.num_parameters():,} parameters), float32, "
           f"{os.cpu_count()} CPUs, BLAS threads: {threads}")
 
+    for cache in (True, False):                                           # warm up both paths
+        greedy(model, prompt, 8, cache=cache)
+
     t0 = time.perf_counter()
     cached = greedy(model, prompt, args.tokens, cache=True)
     t_cached = time.perf_counter() - t0
