@@ -24,9 +24,13 @@ TARGETS = {"copy": (60.0, 1.0), "dates": (300.0, 0.995)}      # (seconds at most
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("tasks", nargs="*", default=list(TARGETS), choices=list(TARGETS))
+    p.add_argument("tasks", nargs="*", metavar="TASK", help="copy and/or dates (default: both)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    args.tasks = args.tasks or list(TARGETS)
+    bad = [t for t in args.tasks if t not in TARGETS]
+    if bad:
+        p.error(f"unknown task {bad[0]!r}; choose from {', '.join(TARGETS)}")
     exe = [sys.executable, "-m", "npformer"]
     print(f"cpus: {os.cpu_count()}, load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     for task in args.tasks:

@@ -73,8 +73,10 @@ def step_train(args) -> None:
           f"d_model {m.d_model}, {m.n_heads} heads, {trainer.model.num_parameters():,} parameters")
     print(f"data: dates 1900-2099 in 16 formats; 1 date in {task.settings.heldout_every} is never "
           f"trained on and is used for scoring")
-    print(f"training: {cfg.steps} steps of {cfg.batch_size}, Adam (0.9, 0.98, 1e-9), the paper's warmup "
-          f"schedule, label smoothing {cfg.label_smoothing}", flush=True)
+    schedule = {"noam": "the paper's warmup then 1/sqrt(step) schedule",
+                "cosine": f"{cfg.warmup} warmup steps then a cosine decay"}.get(cfg.schedule, cfg.schedule)
+    print(f"training: {cfg.steps} steps of {cfg.batch_size} dates, Adam ({cfg.beta1}, {cfg.beta2}, {cfg.eps:g}), "
+          f"{schedule}, label smoothing {cfg.label_smoothing}", flush=True)
     metrics = trainer.run(progress=not args.no_progress)
     if final.exists():
         old = final.with_name(final.name + ".old")
@@ -120,8 +122,9 @@ def step_attention(args) -> None:
     if code:
         raise RuntimeError(f"npformer attention failed with exit code {code}")
     print(f"attention figure: {fig}")
-    print("In the cross-attention panels each output character (a row) shows which source characters it "
-          "read; the rows writing the month digits 1 1 can be checked against 'November'.")
+    print("Bottom row, cross-attention: each output character (a row) shows the source characters it read.")
+    print("The rows writing the month digits '1 1' look at the letters of 'November', the year digits at")
+    print("'2026' and the day digits at '29'.")
 
 
 STEPS = [("lesson", step_lesson), ("train", step_train), ("translate", step_translate),
