@@ -171,3 +171,18 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tmp_path):
     greedy_exact = np.mean([d == t for d, (_, t) in zip(decoded, pairs)])
     assert 0.05 < greedy_exact < 0.95                                   # a model that is still learning
     assert metrics["exact_match"] == greedy_exact
+
+
+def test_blas_threads_limit_holds_only_during_the_run(start_tiny):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    before = blas_threads()
+    t = start_tiny("threads", steps=2, blas_threads=1)
+    seen = []
+    real = t.task.train_batch
+    t.task.train_batch = lambda rng, size: (seen.append(blas_threads()), real(rng, size))[1]
+    t.run(progress=False, plot=False)
+    assert seen and all(s == [1] * len(before) for s in seen)
+    assert blas_threads() == before
