@@ -445,11 +445,13 @@ def plot_run(run_dir) -> Path:
     config = read_json(run_dir / CONFIG)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     ax = axes[0]
+    ls = config["train"].get("label_smoothing", 0.0)
+    what = f"train, label smoothing {ls:g}" if ls else "train"          # smoothing lifts the floor above 0
     if len(log["step"]):
-        ax.plot(log["step"], log["loss"], lw=0.6, alpha=0.35, color="C0", label="train (each step)")
+        ax.plot(log["step"], log["loss"], lw=0.6, alpha=0.35, color="C0", label=f"{what} (each step)")
         k = max(1, len(log["loss"]) // 50)
         smooth = np.convolve(log["loss"], np.ones(k) / k, mode="valid")
-        ax.plot(log["step"][k - 1:], smooth, color="C0", label=f"train (mean of {k})")
+        ax.plot(log["step"][k - 1:], smooth, color="C0", label=f"{what} (mean of {k})")
     if evals and "loss" in evals[0]:
         ax.plot([float(r["step"]) for r in evals], [float(r["loss"]) for r in evals], "o-", color="C3",
                 ms=3, label="held-out")
