@@ -100,9 +100,11 @@ def test_unknown_option_is_one_line_and_exit_2(capsys):
     one_line_error(capsys.readouterr().err, "unrecognized arguments: --colour red")
 
 
-@pytest.mark.parametrize("content,fragment", [(b"caf\xe9 au lait\n" * 50, "is not UTF-8 text (invalid continuation byte"),
-                                              (b"", "is empty"),
-                                              (b"short", "too short")])
+@pytest.mark.parametrize("content,fragment", [
+    (b"caf\xe9 au lait\n" * 50, "is not UTF-8 text (invalid continuation byte"),
+    (b"", "is empty"),
+    (b"short", "too short"),
+])
 def test_bad_text_files(content, fragment, capsys, tmp_path):
     f = tmp_path / "data.txt"
     f.write_bytes(content)

@@ -3,10 +3,9 @@
 Tiny runs: a copy task and model small enough that a step takes
 milliseconds, with dropout on so that resuming must restore the dropout generator too."""
 import numpy as np
-import pytest
 
 from npformer.data.copy import CopyTask
-from npformer.train.trainer import TrainConfig, Trainer
+from npformer.train.trainer import TrainConfig
 
 TINY_MODEL = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_encoder_layers": 1, "n_decoder_layers": 1,
               "dropout": 0.1}

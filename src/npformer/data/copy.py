@@ -11,8 +11,6 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-import numpy as np
-
 from .seq2seq import Seq2SeqTask, is_heldout
 from .tasks import register_task
 from .vocab import CharVocab
