@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import io
 import math
+import os
 import shutil
 import signal
 import threading
@@ -186,7 +187,9 @@ class Trainer:
         if task_name is not None and config["task"] != task_name:
             raise ValueError(f"{out} holds a {config['task']!r} run, not a {task_name!r} run")
         task_cls = get_task(config["task"])
-        if data_path is not None and config["data"].get("data_path") not in (None, str(Path(data_path).resolve())):
+        if data_path is not None and not task_cls.uses_data_file:
+            raise ValueError(f"task {config['task']!r} generates its own data and takes no --data file")
+        if data_path is not None and config["data"].get("data_path") != os.path.abspath(data_path):
             raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
         task = task_cls.from_dict(config["data"])
         bad = sorted(set(overrides or {}) - set(RESUMABLE))
