@@ -98,5 +98,6 @@ def run(args) -> int:
     print(f"done: step {metrics['step']}, held-out {key} {held[key]:.4f} "
           f"(n={held.get('n', '?')}), {_duration(time.monotonic() - t0)} wall, "
           f"{metrics['tokens_per_second']:,.0f} tokens/s")
-    print(f"run directory: {out}  (model.safetensors, metrics.json, log.csv, curves.png)")
+    print(f"run directory: {out}  (model.safetensors, metrics.json, log.csv"
+          f"{'' if args.no_plot else ', curves.png'})")
     return 0
