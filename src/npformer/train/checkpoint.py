@@ -49,10 +49,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 def _stage(path: Path, data: bytes) -> Path:
     """Write ``data`` to a new temporary file next to ``path``, flushed to disk; returns its path."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):                                     # mkstemp makes 0600; give the usual mode
+            os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
