@@ -117,7 +117,11 @@ def main() -> None:
         profile(enc, sentences, args.batch_size)
         return
 
-    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size, threads=args.threads)}
+    from npformer.pretrained.parallel import default_threads
+    threads = default_threads() if args.threads is None else args.threads
+    print(f"npformer: {threads} thread(s)" + (", the BLAS held to one thread meanwhile" if threads > 1 else
+                                             ", the BLAS on its own threads"))
+    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size, threads=threads)}
     if not args.skip_torch:
         import torch
         from sentence_transformers import SentenceTransformer
