@@ -65,8 +65,7 @@ class EncoderLayer(Module):
         self.add_module("dropout2", Dropout(dropout))
 
     def forward(self, x, mask=None, bias=None, causal=False, rng=None):
-        """x (B, S, E) -> (y (B, S, E), cache). The attention weights are in ``cache[0][1]``...
-        use ``attention_weights(cache)`` to read them."""
+        """x (B, S, E) -> (y (B, S, E), cache); ``attention_weights(cache)`` reads the weights."""
         weights = {}
 
         def sa(h):
