@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ops.softmax import log_softmax
 from .tasks import Batch, Task
-from .vocab import CharVocab, pad_batch
+from .vocab import CharVocab, SharedVocab, pad_batch
 
 
 def is_heldout(key: str, every: int) -> bool:
@@ -30,7 +30,7 @@ def is_heldout(key: str, every: int) -> bool:
     return zlib.crc32(key.encode("utf-8")) % every == 0
 
 
-class Seq2SeqTask(Task):
+class Seq2SeqTask(SharedVocab, Task):
     """Base for string-to-string tasks on the encoder-decoder Transformer.
 
     Subclasses provide ``vocab`` (a CharVocab shared by source and target), ``max_target_len``
@@ -50,15 +50,7 @@ class Seq2SeqTask(Task):
         """``n`` (source, target) pairs from the training split, or from the held-out split."""
         raise NotImplementedError
 
-    # text <-> ids
-    @property
-    def src_vocab(self) -> CharVocab:
-        return self.vocab
-
-    @property
-    def tgt_vocab(self) -> CharVocab:
-        return self.vocab
-
+    # text <-> ids (src_vocab and tgt_vocab come from SharedVocab)
     def encode_source(self, text: str) -> np.ndarray:
         """A source string -> (S,) ids; ValueError for empty text, unknown characters or overlong text."""
         if not isinstance(text, str) or not text.strip():

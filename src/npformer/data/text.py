@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ops.softmax import log_softmax
 from .tasks import Batch, Task, register_task
-from .vocab import CharVocab
+from .vocab import CharVocab, SharedVocab
 
 
 def read_utf8(path: str) -> str:
@@ -33,7 +33,7 @@ def read_utf8(path: str) -> str:
 
 
 @register_task
-class TextTask(Task):
+class TextTask(SharedVocab, Task):
     name = "text"
     model_kind = "decoder_lm"
     primary_metric = "bits_per_char"
@@ -99,15 +99,7 @@ class TextTask(Task):
             self._set_text(text)
         return self._splits
 
-    # text <-> ids
-    @property
-    def src_vocab(self) -> CharVocab:
-        return self.vocab
-
-    @property
-    def tgt_vocab(self) -> CharVocab:
-        return self.vocab
-
+    # text <-> ids (src_vocab and tgt_vocab come from SharedVocab)
     def encode_source(self, text: str) -> np.ndarray:
         """A prompt -> (T,) ids; ValueError for an empty prompt or characters the file never had."""
         if not isinstance(text, str) or not text:

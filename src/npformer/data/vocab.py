@@ -98,6 +98,20 @@ class CharVocab:
         return f"CharVocab({len(self)} tokens)"
 
 
+class SharedVocab:
+    """Mixin for tasks whose source and target share one character vocabulary, ``self.vocab``."""
+
+    vocab: CharVocab
+
+    @property
+    def src_vocab(self) -> CharVocab:
+        return self.vocab
+
+    @property
+    def tgt_vocab(self) -> CharVocab:
+        return self.vocab
+
+
 def _clip(text: str, n: int = 40) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
