@@ -13,15 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
-from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
-                     check_pad_id, check_rng, make_rng)
+from .config import BlockConfig, check_choice, check_ids, check_int, check_pad_id, check_rng, make_rng
 from .transformer import sequence_loss
 
 IGNORE_LABEL = -100   # a label that the loss skips (torch's default ignore_index)
 
 
 @dataclass
-class EncoderClassifierConfig(Config):
+class EncoderClassifierConfig(BlockConfig):
     vocab_size: int                    # tokens V
     n_classes: int                     # classes C (or tags, for tagging)
     head: str = "classification"       # "classification": one label per sequence; "tagging": one per token
@@ -44,18 +43,8 @@ class EncoderClassifierConfig(Config):
             check_int(name, getattr(self, name))
         check_choice("head", self.head, ("classification", "tagging"))
         check_choice("pool", self.pool, ("cls", "mean"))
-        check_heads(self.d_model, self.n_heads)
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
-        check_choice("positional", self.positional, ("learned", "sinusoidal"))
-        check_choice("activation", self.activation, ("relu", "gelu"))
-        check_bool("norm_first", self.norm_first)
-        check_bool("final_norm", self.final_norm, allow_none=True)
+        self.check_block_fields()
         check_pad_id(self.pad_id, self.vocab_size, allow_none=True)
-
-    @property
-    def use_final_norm(self) -> bool:
-        return self.norm_first if self.final_norm is None else self.final_norm
 
 
 class EncoderClassifier(Module):

@@ -40,6 +40,26 @@ class Config:
             return cls.from_dict(json.load(f))
 
 
+class BlockConfig(Config):
+    """Mixin for configs of models built from transformer blocks: the fields they all have
+    (d_model, n_heads, dropout, eps, positional, activation, norm_first, final_norm) are checked
+    in one place, and the final norm's default is derived here."""
+
+    def check_block_fields(self) -> None:
+        check_heads(self.d_model, self.n_heads)
+        check_float("dropout", self.dropout, 0.0, 1.0)
+        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_bool("norm_first", self.norm_first)
+        check_bool("final_norm", self.final_norm, allow_none=True)
+
+    @property
+    def use_final_norm(self) -> bool:
+        """final_norm, or by default a final norm exactly when the blocks are pre-LN."""
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+
 # -- invariant checks (each raises ValueError/TypeError naming the field and its value) --------
 
 def check_int(name: str, value, minimum: int = 1) -> None:

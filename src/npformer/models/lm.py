@@ -17,13 +17,12 @@ import numpy as np
 
 from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from ..ops import linear_backward, linear_forward
-from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
-                     check_pad_id, check_rng, make_rng)
+from .config import BlockConfig, check_bool, check_ids, check_int, check_pad_id, check_rng, make_rng
 from .transformer import accumulate, sequence_loss
 
 
 @dataclass
-class DecoderLMConfig(Config):
+class DecoderLMConfig(BlockConfig):
     vocab_size: int                    # tokens V
     d_model: int = 256                 # model width E
     n_heads: int = 4                   # attention heads H
@@ -42,19 +41,9 @@ class DecoderLMConfig(Config):
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             check_int(name, getattr(self, name))
-        check_heads(self.d_model, self.n_heads)
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
-        check_choice("positional", self.positional, ("learned", "sinusoidal"))
-        check_choice("activation", self.activation, ("relu", "gelu"))
-        check_bool("norm_first", self.norm_first)
+        self.check_block_fields()
         check_bool("tie_output", self.tie_output)
-        check_bool("final_norm", self.final_norm, allow_none=True)
         check_pad_id(self.pad_id, self.vocab_size, allow_none=True)
-
-    @property
-    def use_final_norm(self) -> bool:
-        return self.norm_first if self.final_norm is None else self.final_norm
 
 
 class DecoderLM(Module):

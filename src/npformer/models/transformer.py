@@ -19,12 +19,12 @@ import numpy as np
 
 from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
-from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int,
-                     check_mask, check_pad_id, check_rng, check_same_batch, make_rng)
+from .config import (BlockConfig, check_bool, check_float, check_ids, check_int, check_mask, check_pad_id,
+                     check_rng, check_same_batch, make_rng)
 
 
 @dataclass
-class TransformerConfig(Config):
+class TransformerConfig(BlockConfig):
     src_vocab_size: int = 37000        # source vocabulary (the paper's shared BPE vocabulary: 37,000)
     tgt_vocab_size: int = 37000        # target vocabulary
     d_model: int = 512                 # model width E (paper base: 512)
@@ -48,22 +48,13 @@ class TransformerConfig(Config):
             check_int(name, getattr(self, name))
         check_int("n_encoder_layers", self.n_encoder_layers, minimum=0)
         check_int("n_decoder_layers", self.n_decoder_layers, minimum=1)
-        check_heads(self.d_model, self.n_heads)
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
-        check_choice("positional", self.positional, ("sinusoidal", "learned"))
-        check_choice("activation", self.activation, ("relu", "gelu"))
-        for name in ("norm_first", "share_embeddings", "tie_output"):
+        self.check_block_fields()
+        for name in ("share_embeddings", "tie_output"):
             check_bool(name, getattr(self, name))
-        check_bool("final_norm", self.final_norm, allow_none=True)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError("share_embeddings needs one vocabulary for source and target, got "
                              f"src_vocab_size {self.src_vocab_size} and tgt_vocab_size {self.tgt_vocab_size}")
         check_pad_id(self.pad_id, min(self.src_vocab_size, self.tgt_vocab_size))
-
-    @property
-    def use_final_norm(self) -> bool:
-        return self.norm_first if self.final_norm is None else self.final_norm
 
 
 def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,
