@@ -1,72 +1,95 @@
-"""Speed and accuracy of npformer's erf and exact GELU against scipy.special.erf (and torch's gelu,
-for information) on a float32 array of a million elements.
+"""Speed and accuracy of npformer's erf and exact GELU against scipy.special.erf and torch's gelu,
+on a float32 array of a million standard-normal elements (like normalised pre-activations).
 
-    python benchmarks/bench_gelu.py [--n 1000000] [--rounds 15]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_gelu.py
+    (options: --n 1000000 --rounds 15 --threads N; a smoke test: --n 100000 --rounds 3)
 
-The candidates run in turn, alternating, round after round, so that a busy machine slows them
-all alike; each line reports the median of the rounds. Single-threaded everywhere (numpy's
-ufuncs are single-threaded anyway; torch is told to use one thread).
+Three pairs, each npformer against the library a user would otherwise call: erf vs
+scipy.special.erf (float32 in and out), gelu_forward vs torch.nn.functional.gelu, gelu_backward
+vs torch's gelu backward. After one warm-up call each, all six run in turn, round after round,
+so that a busy machine slows them all alike; each line is the median of the rounds, and each
+pair gets the ratio of its medians. --threads (default: one per physical core) sets torch's
+threads; numpy's element-wise loops, and so npformer's erf and GELU and scipy's erf, run on one
+core whatever it says, which is what their users get. A full run takes a few seconds.
+
+Parity, checked before the timings are printed (exit status 1 on a miss): npformer's float32
+erf within its stated 5e-7 of float64 scipy.special.erf, its float64 erf within its stated
+relative 1e-15; scipy's and npformer's float32 erf within 6e-7 of each other (5e-7 plus scipy's
+float32 rounding); npformer's float32 GELU and its gradient within 1e-6 of npformer's float64
+ones (which the tests tie to torch float64), and within 2e-6 of torch's float32 ones (each side
+within 1e-6 of exact; torch's float32 gelu measured 9e-7 off), |d| / max(1, |float64 value|).
 """
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+
+from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+
+PAIRS = [("npformer erf", "scipy.special.erf"), ("npformer gelu_forward", "torch gelu"),
+         ("npformer gelu_backward", "torch gelu backward")]
+
+
+def scaled_diff(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
+    """max |a - b| / max(1, |ref|): absolute where |ref| < 1, relative above (float32 holds a
+    large y = x only to 6e-8 of it)."""
+    return float((np.abs(a.astype(np.float64) - b.astype(np.float64)) / np.maximum(1.0, np.abs(ref))).max())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1_000_000, help="array length")
-    ap.add_argument("--rounds", type=int, default=15, help="timed rounds per candidate")
+    ap.add_argument("--n", type=int, default=1_000_000, help="array length (default 1,000,000)")
+    ap.add_argument("--rounds", type=int, default=15, help="timed rounds per candidate (default 15)")
+    add_threads_arg(ap)
     args = ap.parse_args()
 
     import scipy.special
+    import torch
+
     from npformer.ops import erf, gelu_backward, gelu_forward
 
+    threads = set_threads(args.threads, torch)
+    print_setup(torch)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(args.n).astype(np.float32)             # (N,) like normalised pre-activations
+    x = rng.standard_normal(args.n).astype(np.float32)             # (N,)
     dy = rng.standard_normal(args.n).astype(np.float32)            # (N,)
-    out = np.empty_like(x)
+    xt, dyt = torch.from_numpy(x), torch.from_numpy(dy)
+    out = np.empty_like(x)                                          # (N,) scipy writes here
     _, cache = gelu_forward(x)
 
-    cands = {
-        "scipy.special.erf": lambda: scipy.special.erf(x, out=out),
+    sides = {
         "npformer erf": lambda: erf(x),
-        "npformer gelu_forward": lambda: gelu_forward(x),
+        "scipy.special.erf": lambda: scipy.special.erf(x, out=out),
+        "npformer gelu_forward": lambda: gelu_forward(x)[0],
+        "torch gelu": lambda: torch.nn.functional.gelu(xt).numpy(),
         "npformer gelu_backward": lambda: gelu_backward(dy, cache),
+        "torch gelu backward": lambda: torch.ops.aten.gelu_backward(dyt, xt).numpy(),
     }
-    try:
-        import torch
-        torch.set_num_threads(1)
-        xt, dyt = torch.from_numpy(x), torch.from_numpy(dy)
-        cands["torch gelu (1 thread)"] = lambda: torch.nn.functional.gelu(xt)
-        cands["torch gelu backward"] = lambda: torch.ops.aten.gelu_backward(dyt, xt)
-    except ImportError:
-        pass
+    times, got = alternate(sides, args.rounds, warmup=1)
 
-    times = {k: [] for k in cands}
-    for f in cands.values():                                        # warm up
-        f()
-    for _ in range(args.rounds):
-        for name, f in cands.items():
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    base = med["scipy.special.erf"]
-    print(f"float32, n = {args.n:,}, median of {args.rounds} alternating rounds")
-    for name, t in med.items():
-        print(f"  {name:<24} {t * 1e3:8.2f} ms   scipy.erf / this = {base / t:5.2f}x")
+    # -- parity: the same values on both sides of each pair, each within its stated error ---------
+    x64 = x.astype(np.float64)                                       # (N,) the same inputs, exactly
+    erf64 = scipy.special.erf(x64)                                   # (N,)
+    check("npformer erf float32 vs scipy float64, max abs", float(np.abs(got["npformer erf"] - erf64).max()), 5e-7)
+    check("npformer erf float64 vs scipy float64, max relative",
+          float((np.abs(erf(x64) - erf64) / np.abs(erf64)).max()), 1e-15)
+    check("npformer erf vs scipy.special.erf, both float32, max abs",
+          float(np.abs(got["npformer erf"].astype(np.float64) - got["scipy.special.erf"]).max()), 6e-7)
+    y64, c64 = gelu_forward(x64)                                     # (N,) float64 reference
+    d64 = gelu_backward(dy.astype(np.float64), c64)                  # (N,)
+    check("npformer gelu float32 vs float64", scaled_diff(got["npformer gelu_forward"], y64, y64), 1e-6)
+    check("npformer gelu vs torch gelu, float32", scaled_diff(got["npformer gelu_forward"], got["torch gelu"], y64),
+          2e-6)
+    check("npformer gelu backward float32 vs float64", scaled_diff(got["npformer gelu_backward"], d64, d64), 1e-6)
+    check("npformer gelu backward vs torch's, float32",
+          scaled_diff(got["npformer gelu_backward"], got["torch gelu backward"], d64), 2e-6)
 
-    # accuracy against float64 on the same float32 inputs
-    x64 = x.astype(np.float64)
-    e_err = np.abs(erf(x).astype(np.float64) - scipy.special.erf(x64)).max()
-    y32, _ = gelu_forward(x)
-    y64, _ = gelu_forward(x64)
-    g_err = (np.abs(y32 - y64) / np.maximum(1.0, np.abs(y64))).max()
-    print(f"  erf float32 max abs error vs float64: {e_err:.2e}")
-    print(f"  gelu float32 max error vs float64, |dy| / max(1, |y|): {g_err:.2e}")
+    print(f"float32, n = {args.n:,}, {args.rounds} alternating rounds after a warm-up; torch on {threads} "
+          "thread(s), numpy's element-wise loops on one")
+    med = print_times(times)
+    for a, b in PAIRS:
+        print_ratio(med, a, b)
 
 
 if __name__ == "__main__":

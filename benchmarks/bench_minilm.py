@@ -1,23 +1,31 @@
 """Sentence-embedding throughput: npformer vs sentence-transformers, all-MiniLM-L6-v2.
 
-Both embed the same sentences (3 to 200 words, made deterministically from a word list
-below) at batch 64, in one process, alternating npformer / sentence-transformers for
---rounds rounds, so that load from other processes hits both alike. torch runs on its
-default CPU threads, numpy on its BLAS threads. Prints each round, the medians, the ratio
-(npformer / sentence-transformers, > 1 means npformer is faster) and the largest
-difference between the two embeddings.
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_minilm.py
+    (options: --n 1000 --rounds 3 --batch-size 64 --threads N; a smoke test: --n 100 --rounds 2)
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_minilm.py --profile
+                                                    # cProfile of one npformer pass instead
 
-    python benchmarks/bench_minilm.py [--n 1000] [--rounds 3] [--batch-size 64]
-    python benchmarks/bench_minilm.py --profile     # cProfile of one npformer pass instead
+Both embed the same sentences (3 to 200 words, made deterministically from a word list below)
+at batch 64, in one process: after a warm-up of one batch each, they alternate npformer /
+sentence-transformers for --rounds rounds, so that load from other processes hits both alike.
+Both get --threads threads (default: one per physical core): torch.set_num_threads for torch,
+and for npformer that many Python threads over pieces of each batch (its SentenceEncoder holds
+the BLAS to one thread meanwhile, so the two don't compete for the cores). Prints each round,
+the medians, and the ratio of the medians.
+
+Parity (exit status 1 on a miss): every embedding of the warm-up batch and of every round
+within 1e-5 (max abs) of sentence-transformers'. A full run takes about five minutes (3 rounds
+of about 40 s each side on the README's machine).
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
+
+from _common import add_threads_arg, check, medians, print_ratio, print_setup, set_threads
 
 # Common English words, a few long and rare ones that WordPiece splits into several pieces,
 # digits and punctuation: a mix of 1- and multi-piece words as in real text.
@@ -41,15 +49,6 @@ def make_sentences(n: int, seed: int = 0) -> list[str]:
     words = np.array(WORDS)
     lengths = rng.integers(3, 201, size=n)                      # (n,) words per sentence
     return [" ".join(rng.choice(words, size=int(k))).capitalize() for k in lengths]
-
-
-def blas_info() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "threadpoolctl not installed"
-    return "; ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')} x{i.get('num_threads')}"
-                     for i in threadpool_info() if i.get("user_api") == "blas")
 
 
 # (file suffix, function) -> part of the work, for the profile summary; "self" = the
@@ -98,65 +97,57 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--profile", action="store_true", help="cProfile one npformer pass and print the top entries")
-    ap.add_argument("--skip-torch", action="store_true", help="time npformer only")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="npformer's threads (default: as many as numpy's BLAS threads)")
+    add_threads_arg(ap)
     args = ap.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
 
     from npformer.pretrained import SentenceEncoder
 
     sentences = make_sentences(args.n)
     enc = SentenceEncoder.load()
+    st = SentenceTransformer(str(enc.path), device="cpu")          # loads scipy's BLAS too: before the limits
+    threads = set_threads(args.threads, torch)
+    print_setup(torch)
     n_tokens = sum(len(s) for s in enc.tokenizer.encode(sentences))
     print(f"{len(sentences)} sentences, {n_tokens} word pieces (max length {enc.tokenizer.max_length}), "
           f"batch {args.batch_size}")
-    print(f"numpy {np.__version__}, BLAS: {blas_info()}, OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
-          f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
 
     if args.profile:
         profile(enc, sentences, args.batch_size)
         return
 
-    from npformer.pretrained.parallel import default_threads
-    threads = default_threads() if args.threads is None else args.threads
-    print(f"npformer: {threads} thread(s)" + (", the BLAS held to one thread meanwhile" if threads > 1 else
-                                             ", the BLAS on its own threads"))
-    runners = {"npformer": lambda: enc.encode(sentences, batch_size=args.batch_size, threads=threads)}
-    if not args.skip_torch:
-        import torch
-        from sentence_transformers import SentenceTransformer
+    print(f"npformer: {threads} Python thread(s)" + (", the BLAS held to one thread meanwhile" if threads > 1
+                                                    else ", the BLAS on one thread"))
 
-        st = SentenceTransformer(str(enc.path), device="cpu")
-        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    def run_np(texts):
+        return enc.encode(texts, batch_size=args.batch_size, threads=threads)
 
-        def run_st():
-            with torch.inference_mode():
-                return st.encode(sentences, batch_size=args.batch_size, convert_to_numpy=True)
-        runners["sentence-transformers"] = run_st
+    def run_st(texts):
+        with torch.inference_mode():
+            return st.encode(texts, batch_size=args.batch_size, convert_to_numpy=True)
 
-    enc.encode(sentences[:args.batch_size], batch_size=args.batch_size)  # warm-up: one batch each
-    if "sentence-transformers" in runners:
-        st.encode(sentences[:args.batch_size], batch_size=args.batch_size)
+    def same(label, a, b):
+        check(f"{label}: max abs difference of the embeddings", float(np.abs(a - b).max()), 1e-5)
 
-    rates: dict[str, list[float]] = {k: [] for k in runners}
-    outputs = {}
-    for r in range(args.rounds):
+    warm = sentences[:args.batch_size]
+    same("warm-up batch", run_np(warm), run_st(warm))
+    runners = {"npformer": run_np, "sentence-transformers": run_st}
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for r in range(args.rounds):                                   # alternating; each round's output checked
+        out = {}
         for name, run in runners.items():
             t = time.perf_counter()
-            outputs[name] = run()
-            dt = time.perf_counter() - t
-            rates[name].append(len(sentences) / dt)
-            print(f"round {r + 1}: {name:22s} {rates[name][-1]:7.1f} sentences/s ({dt:.1f} s, "
-                  f"load {os.getloadavg()[0]:.2f})", flush=True)
-    med = {k: statistics.median(v) for k, v in rates.items()}
+            out[name] = run(sentences)
+            times[name].append(time.perf_counter() - t)
+            print(f"round {r + 1}: {name:22s} {len(sentences) / times[name][-1]:7.1f} sentences/s "
+                  f"({times[name][-1]:.1f} s, load {os.getloadavg()[0]:.2f})", flush=True)
+        same(f"round {r + 1}", out["npformer"], out["sentence-transformers"])
+    med = medians(times)
     for k, v in med.items():
-        print(f"median {k:22s} {v:7.1f} sentences/s")
-    if "sentence-transformers" in med:
-        ratios = [a / b for a, b in zip(rates["npformer"], rates["sentence-transformers"])]
-        print(f"ratio npformer / sentence-transformers: {med['npformer'] / med['sentence-transformers']:.2f} "
-              f"(medians); per round {', '.join(f'{x:.2f}' for x in ratios)}")
-        diff = np.abs(outputs["npformer"] - outputs["sentence-transformers"]).max()
-        print(f"max abs difference of the embeddings: {diff:.2e}")
+        print(f"median {k:22s} {len(sentences) / v:7.1f} sentences/s ({v:.2f} s)")
+    print_ratio(med, "npformer", "sentence-transformers")
 
 
 if __name__ == "__main__":

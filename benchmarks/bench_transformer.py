@@ -1,57 +1,62 @@
 """Forward + loss + backward of the paper's base encoder-decoder, npformer vs torch.nn.Transformer.
 
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_transformer.py
+    (options: --steps 10 --warmup 2 --threads N; a smoke test: --steps 1 --warmup 0)
+
 Both models: d_model 512, 8 heads, d_ff 2048, 6 + 6 layers, dropout 0.1 (training mode), a
 shared 37,000-token vocabulary whose table is also the pre-softmax projection (paper 3.4),
 sinusoidal positions, final LayerNorms on both stacks (torch.nn.Transformer always has them,
 so npformer gets them too: the same work), float32, batch of 8 x 32 source and target tokens
 with some right padding (masks in both). One step = forward, cross-entropy (pad ignored) and
-backward for every parameter; no optimizer. The two are timed alternately in one run after
-warm-ups, and the medians are compared. npformer's weights are copied into torch and the two
-eval-mode losses printed as a check that the work is the same.
+backward for every parameter; no optimizer. After --warmup untimed steps of each, the two run
+alternately (npformer, torch, npformer, ...) for --steps steps each; medians and their ratio are
+reported. numpy's BLAS and torch run on --threads threads each (default: one per physical core).
 
-    python benchmarks/bench_transformer.py [--steps 10] [--warmup 2] [--threads N]
+Parity (exit status 1 on a miss): npformer's weights are copied into torch, and the two
+eval-mode losses (dropout off, the same batch) must agree within 1e-4.
+
+GFLOP/s counts the matrix products with weights only, 6 FLOPs per weight per position it touches
+(2 forward, 2 for the input gradient, 2 for the weight gradient): the encoder's weights at every
+source position, the decoder's at every target position, and the tied (V, E) table as the
+output projection at every target position (its embedding lookups are not products). Padded
+positions count: both sides compute them. The attention scores and weighted sums (about 1% here
+at 32 positions), softmax, LayerNorm and dropout are left out, so both rates are a little low.
+A full run takes about a minute (a step of each took about 2 s on the README's machine).
 """
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import statistics
-import sys
-import time
+
+import numpy as np
+import torch
+
+from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from npformer.models import Transformer, TransformerConfig
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10, help="timed steps of each (default 10)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each first (default 2)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="set OMP/OpenBLAS/MKL threads and torch threads (default: library defaults)")
+    add_threads_arg(ap)
     args = ap.parse_args()
-    if args.threads:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(args.threads)
 
-    import numpy as np
-    import torch
-
-    from npformer.models import Transformer, TransformerConfig
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = set_threads(args.threads, torch)
+    print_setup(torch)
     B, S, T, V, PAD = 8, 32, 32, 37000, 0
     cfg = TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, final_norm=True)
     rng = np.random.default_rng(0)
     model = Transformer(cfg, rng=rng)                                      # float32
 
     def batch(n, t):
-        ids = rng.integers(1, V, (n, t))
-        lengths = rng.integers(t * 3 // 4, t + 1, n)
+        ids = rng.integers(1, V, (n, t))                                   # (n, t)
+        lengths = rng.integers(t * 3 // 4, t + 1, n)                       # (n,)
         ids[np.arange(t)[None, :] >= lengths[:, None]] = PAD
         return ids
 
-    src, tgt_in = batch(B, S), batch(B, T)
-    tgt_out = np.roll(tgt_in, -1, axis=1)
+    src, tgt_in = batch(B, S), batch(B, T)                                 # (B, S), (B, T)
+    tgt_out = np.roll(tgt_in, -1, axis=1)                                  # (B, T)
     tgt_out[:, -1] = PAD
 
     # -- the same model in torch ------------------------------------------------------------------
@@ -88,45 +93,49 @@ def main() -> None:
         else:
             state["transformer." + k.replace(".ffn.linear", ".linear")] = torch.tensor(v)
     ref.load_state_dict(state, strict=True)
-    assert sum(p.numel() for p in ref.parameters()) == model.num_parameters()
+    n_params = model.num_parameters()
+    check("parameter count, torch - npformer", abs(sum(p.numel() for p in ref.parameters()) - n_params), 0)
 
+    # -- parity: the same weights and batch give the same loss (eval mode: no dropout) -------------
     ts, tt, to = (torch.tensor(a) for a in (src, tgt_in, tgt_out))
     model.eval(), ref.eval()
     np_loss = model.loss(src, tgt_in, tgt_out)[0]
     t_loss = ref(ts, tt, to).item()        # with grad on: torch's inference fast path would differ in work
+    print(f"same weights and batch, eval-mode loss: npformer {np_loss:.8g}  torch {t_loss:.8g}")
+    check("eval-mode loss, |npformer - torch|", abs(np_loss - t_loss), 1e-4)
     model.train(), ref.train()
 
+    # -- timing: training mode (dropout on), forward + loss + backward -----------------------------
     step_rng = np.random.default_rng(1)
     torch.manual_seed(1)
 
     def np_step():
-        model.loss(src, tgt_in, tgt_out, rng=step_rng)
+        return model.loss(src, tgt_in, tgt_out, rng=step_rng)[0]
 
     def torch_step():
         for p in ref.parameters():
             p.grad = None
-        ref(ts, tt, to).backward()
+        loss = ref(ts, tt, to)
+        loss.backward()
+        return loss.item()
 
-    times = {"npformer": [], "torch": []}
-    for i in range(args.warmup + args.steps):
-        for name, fn in (("npformer", np_step), ("torch", torch_step)):
-            t0 = time.perf_counter()
-            fn()
-            dt = time.perf_counter() - t0
-            if i >= args.warmup:
-                times[name].append(dt)
+    times, _ = alternate({"npformer": np_step, "torch": torch_step}, args.steps, warmup=args.warmup)
 
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"base Transformer forward+backward, batch {B} x {S} source / {T} target tokens, shared vocab {V}, "
-          f"float32, {model.num_parameters():,} parameters")
-    print(f"numpy {np.__version__}, torch {torch.__version__} (threads: {torch.get_num_threads()}), "
-          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {args.steps} steps after {args.warmup} warm-ups")
-    print(f"same weights, eval-mode loss: npformer {np_loss:.6f}  torch {t_loss:.6f}")
-    for k in ("npformer", "torch"):
-        print(f"{k:>9}: median {med[k] * 1000:8.1f} ms/step  (min {min(times[k]) * 1000:.1f}, "
-              f"max {max(times[k]) * 1000:.1f})")
-    print(f"ratio npformer / torch: {med['npformer'] / med['torch']:.2f}x")
+    # FLOPs of the products with weights, 6 per weight per position (see the docstring)
+    sd = model.state_dict()
+    p_enc = sum(v.size for k, v in sd.items() if k.startswith("encoder."))
+    p_dec = sum(v.size for k, v in sd.items() if k.startswith("decoder."))
+    flops = 6 * (p_enc * B * S + (p_dec + V * cfg.d_model) * B * T)
 
+    print(f"base Transformer forward + loss + backward, batch {B} x {S} source / {T} target positions, "
+          f"shared vocab {V}, float32, {n_params:,} parameters; {args.steps} alternating steps each after "
+          f"{args.warmup} warm-up step(s); numpy's BLAS and torch on {threads} thread(s)")
+    med = print_times(times)
+    print(f"  work per step: {flops / 1e9:.1f} GFLOP = 6 x ({p_enc:,} encoder weights x {B * S} source positions "
+          f"+ ({p_dec:,} decoder + {V * cfg.d_model:,} output-projection weights) x {B * T} target positions)")
+    for k, t in med.items():
+        print(f"  {k:<24} {flops / t / 1e9:9.1f} GFLOP/s (median step)")
+    print_ratio(med, "npformer", "torch")
 
 if __name__ == "__main__":
     main()
