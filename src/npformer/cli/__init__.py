@@ -5,7 +5,9 @@ Each subcommand lives in its own module in this package with a
 Heavy imports (matplotlib, tokenizers, training) happen inside the handlers, so
 ``npformer --help`` stays quick.
 
-Errors a user can cause end with one line on stderr and exit code 2.
+Errors a user can cause end with one line on stderr and exit code 2: bad arguments and inputs,
+and the operating system's refusals (a missing file, a full disk, a run that another process is
+training). Ctrl-C ends with one line and exit code 130 (128 + SIGINT, as shells report it).
 """
 from __future__ import annotations
 
@@ -53,21 +55,27 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (CLIError, ValueError, TypeError, FileNotFoundError, NotADirectoryError,
-            IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+    except BrokenPipeError:  # `npformer ... | head`: the reader left early, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (CLIError, ValueError, TypeError, OSError, UnicodeDecodeError) as e:
         if os.environ.get("NPFORMER_DEBUG"):
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, UnicodeDecodeError):
-            msg = f"input is not valid UTF-8 ({e.reason} at byte {e.start})"
-        sys.stderr.write(f"npformer {args.command}: error: {msg}\n")
+        sys.stderr.write(f"npformer {args.command}: error: {_one_line(e)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"npformer {args.command}: interrupted\n")
         return 130
-    except BrokenPipeError:  # `npformer ... | head`: the reader left early, which is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+
+
+def _one_line(e: Exception) -> str:
+    """The first line of an error's message; the operating system's as "FILE: why"."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"input is not valid UTF-8 ({e.reason} at byte {e.start})"
+    if isinstance(e, OSError) and e.strerror:                          # raised by the OS: "[Errno 28] ..."
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    msg = str(e).strip()
+    return msg.splitlines()[0] if msg else type(e).__name__
 
 
 if __name__ == "__main__":

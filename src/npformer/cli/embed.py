@@ -5,10 +5,21 @@
 
 Runs a BERT-family sentence-transformers model (all-MiniLM-L6-v2 by default) in NumPy.
 Row i of the array is line i of INPUT; an empty line keeps its row (the embedding of "").
+
+Inputs of any size stream: a first pass counts the lines (and checks they are UTF-8), a second embeds
+them a chunk at a time (``SentenceEncoder.encode_stream``) and appends each chunk's rows to the file,
+so memory holds one chunk, never all lines or all rows. A pipe on standard input is first copied to a
+temporary file, to be read twice. The .npy is written atomically (a temporary file next to it,
+flushed, renamed at the end): after Ctrl-C or a kill, FILE.npy is as it was before (absent, or the
+old file), never a partial array. Ctrl-C removes the temporary file and exits with code 130 (128 +
+SIGINT), printing "npformer embed: interrupted; FILE.npy not written".
 """
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from . import CLIError
@@ -34,28 +45,47 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _open_input(path: str, what: str):
+    """(binary file, name for messages) of a UTF-8 text file, or of standard input for '-'."""
+    if path == "-":
+        return sys.stdin.buffer, "standard input"
+    f = Path(path)
+    if f.is_dir():
+        raise CLIError(f"{what} {path} is a directory, not a text file")
+    if not f.is_file():
+        raise CLIError(f"{what} {path} does not exist")
+    return open(f, "rb"), path
+
+
+def _lines(f, name: str, what: str):
+    """Yields the lines of the binary file ``f``, decoded, without line ends; a final newline adds no
+    line and a byte-order mark is not part of line 1. Reads one line at a time.
+
+    Cutting the bytes into lines before decoding them is safe: no UTF-8 character contains the
+    newline byte 0x0A. An invalid byte is reported at its offset in the whole input."""
+    offset = 0
+    for i, raw in enumerate(f):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CLIError(f"{what} {name} is not valid UTF-8 ({e.reason} at byte {offset + e.start})") from None
+        offset += len(raw)
+        if i == 0 and line.startswith("\ufeff"):
+            line = line[1:]
+            if not line:                                    # the input is a byte-order mark alone
+                continue
+        line = line[:-1] if line.endswith("\n") else line
+        yield line[:-1] if line.endswith("\r") else line
+
+
 def read_lines(path: str, what: str = "INPUT") -> list[str]:
     """The lines of a UTF-8 file (or stdin for '-'), without line ends; a final newline adds no line."""
-    if path == "-":
-        data = sys.stdin.buffer.read()
-        name = "standard input"
-    else:
-        f = Path(path)
-        if f.is_dir():
-            raise CLIError(f"{what} {path} is a directory, not a text file")
-        if not f.is_file():
-            raise CLIError(f"{what} {path} does not exist")
-        data, name = f.read_bytes(), path
+    f, name = _open_input(path, what)
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CLIError(f"{what} {name} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]                                     # a byte-order mark is not part of line 1
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+        lines = list(_lines(f, name, what))
+    finally:
+        if f is not sys.stdin.buffer:
+            f.close()
     if not lines:
         raise CLIError(f"{what} {name} is empty: no lines to embed")
     return lines
@@ -70,16 +100,59 @@ def load_encoder(args):
 
 
 def run(args) -> int:
-    import numpy as np
-
     out = Path(args.output)
     if out.suffix != ".npy":
         raise CLIError(f"--output must end in .npy, got {args.output}")
     if not out.parent.is_dir():
         raise CLIError(f"--output: directory {out.parent} does not exist")
-    lines = read_lines(args.input)
-    enc = load_encoder(args)
-    emb = enc.encode(lines, batch_size=args.batch_size, progress=len(lines) >= PROGRESS_FROM)
-    np.save(out, emb.astype(np.float32, copy=False))
-    print(f"wrote {emb.shape[0]} x {emb.shape[1]} float32 embeddings to {out}")
+    try:
+        n, dim = _embed_to(out, args)
+    except KeyboardInterrupt:                               # the temporary .npy is gone; OUTPUT is as it was
+        sys.stderr.write(f"npformer embed: interrupted; {out} not written\n")
+        return 130
+    print(f"wrote {n} x {dim} float32 embeddings to {out}")
     return 0
+
+
+def _embed_to(out: Path, args) -> tuple[int, int]:
+    """Embed INPUT's lines into the .npy file ``out``, streaming; returns its shape."""
+    import numpy as np
+
+    from ..train.checkpoint import atomic_writer, writing
+
+    with contextlib.ExitStack() as files:
+        f, name = _open_input(args.input, "INPUT")
+        if f is not sys.stdin.buffer:
+            files.callback(f.close)
+        if not f.seekable():                                # a pipe can be read once: keep a copy to read twice
+            spool = files.enter_context(tempfile.TemporaryFile())
+            shutil.copyfileobj(f, spool, 1 << 20)
+            f = spool
+            f.seek(0)
+        start = f.tell()
+        n = sum(1 for _ in _lines(f, name, "INPUT"))      # pass 1: count the lines, check the UTF-8
+        if n == 0:
+            raise CLIError(f"INPUT {name} is empty: no lines to embed")
+        enc = load_encoder(args)
+        f.seek(start)
+        bar = None
+        if n >= PROGRESS_FROM:
+            from tqdm import tqdm
+            bar = files.enter_context(tqdm(total=n, unit="sentence", desc="embedding"))
+        rows = 0
+        with atomic_writer(out) as dst:                     # pass 2: embed a chunk at a time, append its rows
+            header = {"descr": "<f4", "fortran_order": False, "shape": (n, enc.dim)}
+            with writing(out):
+                np.lib.format.write_array_header_1_0(dst, header)     # as np.save writes it
+            for block in enc.encode_stream(_lines(f, name, "INPUT"), batch_size=args.batch_size):  # (b, dim)
+                rows += len(block)
+                if rows > n:
+                    break
+                with writing(out):
+                    dst.write(block.astype("<f4", copy=False).tobytes())
+                if bar is not None:
+                    bar.update(len(block))
+                del block                                   # not held while the next chunk is encoded
+            if rows != n:
+                raise CLIError(f"INPUT {name} changed while it was read (it had {n} lines)")
+    return n, enc.dim

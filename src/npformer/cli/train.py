@@ -4,6 +4,12 @@
     npformer train copy --steps 300 --seed 1 --out runs/copy1
     npformer train text --data book.txt --minutes 10 --set d_model=192 --set lr=1e-3
     npformer train dates --resume --steps 4000        # continue runs/dates to step 4000
+
+One process at a time trains a run directory: while one does, another ``npformer train`` into the same
+--out, with or without --resume or --force, stops with one line and exit code 2 (the lock is the
+kernel's, so a killed trainer leaves none). A write that fails (disk full) stops with one line naming
+the file and exit code 2; the last checkpoint stays, and --resume continues from it. Ctrl-C saves the
+step in progress and exits with code 130; a non-finite loss exits with code 1.
 """
 from __future__ import annotations
 

@@ -7,12 +7,14 @@ The directory's modules.json says which steps run (Transformer, Pooling, Normali
 Texts are sorted by length and cut into batches, as sentence-transformers does; a batch
 then runs packed, its texts' tokens one after another with no padding and no mask
 (``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``).
-The rows come back in input order.
+The rows come back in input order. ``encode_stream`` does the same a chunk of texts at a time,
+for inputs too large to hold at once.
 Dimension legend: N texts, n tokens of a piece, b texts of a piece, E hidden size.
 """
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -66,6 +68,12 @@ def _read_modules(path: Path) -> tuple[dict, bool]:
     return pooling, "Normalize" in kinds
 
 
+def _check_positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
 class SentenceEncoder:
     """A BERT-family sentence-transformers model, run by npformer.
 
@@ -114,8 +122,7 @@ class SentenceEncoder:
         for i, s in enumerate(sentences):
             if not isinstance(s, str):
                 raise TypeError(f"sentences[{i}] must be a str, got {type(s).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        _check_positive("batch_size", batch_size)
         return sentences
 
     def _pieces(self, sentences: list[str], batch_size: int, threads: int):
@@ -192,6 +199,26 @@ class SentenceEncoder:
         if bar is not None:
             bar.close()
         return out
+
+    def encode_stream(self, sentences, batch_size: int = 64, chunk_size: int | None = None,
+                      normalize: bool | None = None, threads: int | None = None):
+        """Texts from any iterable (a file's lines, a generator) -> an iterator of (b, dim) float32
+        blocks of embeddings, in input order, b <= chunk_size; concatenated, they are ``encode``'s rows.
+
+        At most ``chunk_size`` texts (default: 16 batches) are read ahead and held, with their token
+        ids, at a time, so memory does not grow with the input. Each chunk is encoded as ``encode``
+        encodes a list: sorted by length, batched, run on ``threads`` threads. No texts: no blocks.
+        """
+        _check_positive("batch_size", batch_size)
+        chunk_size = 16 * batch_size if chunk_size is None else _check_positive("chunk_size", chunk_size)
+        if isinstance(sentences, (str, bytes)):
+            raise TypeError("sentences must be an iterable of strings; wrap a single sentence in a list")
+        texts = iter(sentences)
+
+        def blocks():
+            while chunk := list(itertools.islice(texts, chunk_size)):
+                yield self.encode(chunk, batch_size=batch_size, normalize=normalize, threads=threads)  # (b, dim)
+        return blocks()
 
     def token_embeddings(self, sentences, batch_size: int = 64, threads: int | None = None) -> list[np.ndarray]:
         """Per-token last hidden states, one (T_i, E) array per text ([CLS] and [SEP] included)."""

@@ -8,6 +8,7 @@ A run directory holds
     trainer_state.json      step, random-generator states, time and tokens so far (resume is exact)
     metrics.json            the latest held-out metrics
     log.csv, eval.csv       the training and evaluation logs; curves.png, their plot
+    train.lock              present while a process trains the run (see ``RunLock``)
 
 Every file is written atomically: the bytes go to a temporary file in the same directory, which is
 flushed to disk (fsync) and then renamed over the old file (``os.replace``, atomic on POSIX and
@@ -18,9 +19,17 @@ crash while writing (the slow part) leaves the last good checkpoint untouched; o
 rename them, model, optimizer and trainer state last. Each carries its step, and loading checks they
 agree, so a crash in the microseconds between two renames is reported, not silently resumed.
 No pickle anywhere: safetensors for arrays, JSON for the rest.
+
+A failed write (disk full, a file-size limit, no permission) raises ``WriteError``, one message that
+names the file and the cause; its temporary file is removed and the old file stays as it was.
+
+One process at a time trains a run: ``RunLock`` holds an OS lock (``fcntl.flock``) on ``train.lock``
+in the directory. The kernel drops such a lock when its process ends, however it ends, so a crash or
+``kill -9`` leaves at most a stale file that blocks nobody.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -32,6 +41,27 @@ import numpy as np
 
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
     "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
+LOCK = "train.lock"
+
+
+class WriteError(OSError):
+    """A file could not be written: "cannot write PATH: CAUSE" (e.g. "No space left on device").
+    ``errno`` is the cause's; ``path`` the file meant, not its temporary."""
+
+    def __init__(self, path, cause: OSError) -> None:
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}")
+        self.errno, self.path = cause.errno, Path(path)
+
+
+@contextlib.contextmanager
+def writing(path):
+    """Within the block, an OSError becomes a WriteError naming ``path``."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as e:
+        raise WriteError(path, e) from None
 
 
 # -- atomic files ---------------------------------------------------------------------------------
@@ -58,24 +88,44 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
-def _stage(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a new temporary file next to ``path``, flushed to disk; returns its path."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+@contextlib.contextmanager
+def _staging(path: Path):
+    """Yields (binary file, its path): a new temporary file next to ``path``, flushed to disk (fsync)
+    after the block. On any exception, Ctrl-C included, it is removed. The caller renames it."""
+    with writing(path):
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
+    f = os.fdopen(fd, "wb")
     try:
         if hasattr(os, "fchmod"):                                     # mkstemp makes 0600; give the usual mode
-            os.fchmod(fd, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            with writing(path):
+                os.fchmod(fd, 0o666 & ~_UMASK)
+        yield f, tmp
+        with writing(path):
             f.flush()
             os.fsync(f.fileno())
+            f.close()
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):                            # its buffer may not fit either
+            f.close()
+        tmp.unlink(missing_ok=True)
         raise
-    return Path(tmp)
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a new temporary file next to ``path``, flushed to disk; returns its path."""
+    with _staging(path) as (f, tmp), writing(path):
+        f.write(data)
+    return tmp
 
 
 def _commit(tmp: Path, path: Path) -> None:
-    os.replace(tmp, path)
+    try:
+        with writing(path):
+            os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -83,6 +133,18 @@ def atomic_write_bytes(path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (temporary file + fsync + rename)."""
     path = Path(path)
     _commit(_stage(path, data), path)
+
+
+@contextlib.contextmanager
+def atomic_writer(path):
+    """Stream bytes into ``path`` atomically: yields a binary file (a temporary next to ``path``);
+    a clean end of the block flushes it to disk and renames it over ``path``; an exception (Ctrl-C
+    included) removes it and leaves ``path`` as it was. Wrap the block's writes in ``writing(path)``
+    for errors that name ``path``."""
+    path = Path(path)
+    with _staging(path) as (f, tmp):
+        yield f
+    _commit(tmp, path)
 
 
 def atomic_write_json(path, obj) -> None:
@@ -145,8 +207,14 @@ def save_checkpoint(run_dir, model_state: dict[str, np.ndarray], optimizer_state
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
         raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
+    for i, (tmp, path) in enumerate(staged):
+        try:
+            with writing(path):
+                os.replace(tmp, path)
+        except BaseException:
+            for later, _ in staged[i:]:
+                later.unlink(missing_ok=True)
+            raise
     _fsync_dir(run_dir)
 
 
@@ -154,6 +222,95 @@ def clean_stale_temporaries(run_dir) -> None:
     """Remove temporary files a crashed save left behind (they are never read)."""
     for p in Path(run_dir).glob(".*.tmp"):
         p.unlink(missing_ok=True)
+
+
+# -- one trainer per run directory ----------------------------------------------------------------
+
+class RunLocked(OSError):
+    """Another process holds the run directory's lock (it is training that run)."""
+
+
+try:                                                                   # POSIX
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+except ImportError:                                                    # Windows
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held from construction until ``release()`` (or until
+    the process ends: the kernel drops the lock then). ``RunLocked`` when another process holds it.
+
+    The lock is on ``train.lock``, which holds the holder's pid for the error message and is
+    removed on release. Removing it races with a process that opened it just before: that one
+    then holds a lock on a file no longer in the directory, so after locking we check that the
+    file we locked is still the one named ``train.lock``, and try again if not."""
+
+    def __init__(self, run_dir) -> None:
+        self.path, self._fd = Path(run_dir) / LOCK, None
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            if not _try_lock(fd):
+                pid = _read_pid(fd)
+                os.close(fd)
+                raise RunLocked(f"{self.path.parent} is being trained by another process"
+                                f"{f' (pid {pid})' if pid else ''}: wait for it to end, or choose another --out")
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        self._fd = fd
+        with contextlib.suppress(OSError):                            # the pid only informs; a full disk may refuse it
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock; a second call does nothing."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:                                                           # while still locked: never another's file
+            self.path.unlink(missing_ok=True)
+            removed = True
+        except OSError:                                                # Windows: an open file cannot be removed
+            removed = False
+        os.close(fd)
+        if not removed:                                                # (and there, nobody can remove a file
+            with contextlib.suppress(OSError):                        # another process holds open)
+                self.path.unlink(missing_ok=True)
+
+    def __del__(self) -> None:
+        self.release()
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError, AttributeError):                     # unreadable, empty, or no pread
+        return None
 
 
 @dataclass

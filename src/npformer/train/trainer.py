@@ -16,9 +16,15 @@ generators' states, so a resumed run takes exactly the steps the uninterrupted r
 Stopping: at ``steps``, when ``minutes`` run out, on Ctrl-C (the step in progress finishes and is
 saved; a second Ctrl-C aborts at once and keeps the last checkpoint), or at a non-finite loss or
 gradient (nothing is updated or saved; the last good checkpoint stays).
+
+Faults: one process at a time trains a run directory. ``start`` and ``resume`` take its lock
+(``checkpoint.RunLock``; ``RunLocked`` if another process holds it) and ``run`` gives it back when it
+ends, however it ends. A failed write (disk full) raises ``WriteError`` naming the file; the last
+checkpoint stays loadable and ``resume`` continues from it.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -33,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import (CONFIG, METRICS, MODEL, OPTIMIZER, STATE, atomic_savefig, atomic_write_bytes,
-                         atomic_write_json, check_state_matches, clean_stale_temporaries, read_config,
-                         read_json, read_safetensors, save_checkpoint)
+from .checkpoint import (CONFIG, LOCK, METRICS, MODEL, OPTIMIZER, STATE, RunLock, atomic_savefig,
+                         atomic_write_bytes, atomic_write_json, check_state_matches, clean_stale_temporaries,
+                         read_config, read_json, read_safetensors, save_checkpoint, writing)
 from .clip import clip_by_global_norm
 from .optim import Adam, AdamW
 from .schedules import make_schedule
@@ -126,7 +132,8 @@ def _has_checkpoint(out: Path) -> bool:
 
 class Trainer:
     """Holds one run: its task, model, optimizer, generators and directory. Build it with
-    ``Trainer.start`` (a new run) or ``Trainer.resume``; then ``run()``."""
+    ``Trainer.start`` (a new run) or ``Trainer.resume``; then ``run()``. The directory's lock is
+    held from ``start``/``resume`` until ``run()`` returns or raises (or ``close()``)."""
 
     def __init__(self, out_dir: Path, task, model, config: dict, train: TrainConfig) -> None:
         self.out, self.task, self.model, self.config, self.cfg = Path(out_dir), task, model, config, train
@@ -143,6 +150,13 @@ class Trainer:
         self.tokens = 0                        # tokens read, all invocations together
         self.metrics: dict = {}
         self.data_rng = self.dropout_rng = None
+        self.lock: RunLock | None = None
+
+    def close(self) -> None:
+        """Give back the run directory's lock (``run()`` does so when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
@@ -153,26 +167,39 @@ class Trainer:
             model_config = task.model_config(model_config)                 # checked before touching the disk
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"--out {out} exists and is not a directory")
-        if out.is_dir() and _has_checkpoint(out):
-            old = read_config(out)
-            if old["task"] != task.name:
-                raise ValueError(f"{out} holds a {old['task']!r} run, not a {task.name!r} run; choose another --out")
-            if not force:
-                raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
-                                 "--force starts over (deleting it)")
-            shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
-        init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
-                                           np.random.SeedSequence(train.seed).spawn(3))
-        model = task.build_model(model_config, rng=init_rng)
-        config = {"task": task.name, "model_kind": task.model_kind, "model": dataclasses.asdict(model_config),
-                  "train": train.to_dict(), "data": task.to_dict()}
-        self = cls(out, task, model, config, train)
-        self.data_rng, self.dropout_rng = data_rng, dropout_rng
-        atomic_write_json(out / CONFIG, config)
-        (out / EVAL_LOG).unlink(missing_ok=True)
-        self._write_log_header()
-        self.save()                                                      # step 0: a checkpoint exists from the start
+        lock = RunLock(out)                                              # before looking: a run may be in progress
+        try:
+            if _has_checkpoint(out):
+                old = read_config(out)
+                if old["task"] != task.name:
+                    raise ValueError(f"{out} holds a {old['task']!r} run, not a {task.name!r} run; "
+                                     "choose another --out")
+                if not force:
+                    raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
+                                     "--force starts over (deleting it)")
+                for p in out.iterdir():                                  # all but the lock we hold
+                    if p.name == LOCK:
+                        continue
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p)
+                    else:
+                        p.unlink()
+            init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
+                                               np.random.SeedSequence(train.seed).spawn(3))
+            model = task.build_model(model_config, rng=init_rng)
+            config = {"task": task.name, "model_kind": task.model_kind, "model": dataclasses.asdict(model_config),
+                      "train": train.to_dict(), "data": task.to_dict()}
+            self = cls(out, task, model, config, train)
+            self.lock = lock
+            self.data_rng, self.dropout_rng = data_rng, dropout_rng
+            atomic_write_json(out / CONFIG, config)
+            (out / EVAL_LOG).unlink(missing_ok=True)
+            self._write_log_header()
+            self.save()                                                  # step 0: a checkpoint exists from the start
+        except BaseException:
+            lock.release()
+            raise
         return self
 
     @classmethod
@@ -183,26 +210,33 @@ class Trainer:
         from ..data.tasks import get_task, model_config_from_dict
 
         out = Path(out_dir)
-        config = read_config(out)
-        if task_name is not None and config["task"] != task_name:
-            raise ValueError(f"{out} holds a {config['task']!r} run, not a {task_name!r} run")
-        task_cls = get_task(config["task"])
-        if data_path is not None and not task_cls.uses_data_file:
-            raise ValueError(f"task {config['task']!r} generates its own data and takes no --data file")
-        if data_path is not None and config["data"].get("data_path") != os.path.abspath(data_path):
-            raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
-        task = task_cls.from_dict(config["data"])
-        bad = sorted(set(overrides or {}) - set(RESUMABLE))
-        if bad:
-            raise ValueError(f"cannot change {', '.join(bad)} when resuming; only {', '.join(RESUMABLE)}")
-        train = settings_from_dict(TrainConfig, {**config["train"], **(overrides or {})}, what="train")
-        config = {**config, "train": train.to_dict()}
-        model_config = model_config_from_dict(config["model_kind"], config["model"])
-        model = task.build_model(model_config, rng=np.random.default_rng(0))
-        self = cls(out, task, model, config, train)
-        self.load()
-        atomic_write_json(out / CONFIG, config)
-        self._truncate_logs()
+        read_config(out)                                                 # a run directory? (before locking it)
+        lock = RunLock(out)
+        try:
+            config = read_config(out)
+            if task_name is not None and config["task"] != task_name:
+                raise ValueError(f"{out} holds a {config['task']!r} run, not a {task_name!r} run")
+            task_cls = get_task(config["task"])
+            if data_path is not None and not task_cls.uses_data_file:
+                raise ValueError(f"task {config['task']!r} generates its own data and takes no --data file")
+            if data_path is not None and config["data"].get("data_path") != os.path.abspath(data_path):
+                raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
+            task = task_cls.from_dict(config["data"])
+            bad = sorted(set(overrides or {}) - set(RESUMABLE))
+            if bad:
+                raise ValueError(f"cannot change {', '.join(bad)} when resuming; only {', '.join(RESUMABLE)}")
+            train = settings_from_dict(TrainConfig, {**config["train"], **(overrides or {})}, what="train")
+            config = {**config, "train": train.to_dict()}
+            model_config = model_config_from_dict(config["model_kind"], config["model"])
+            model = task.build_model(model_config, rng=np.random.default_rng(0))
+            self = cls(out, task, model, config, train)
+            self.lock = lock
+            self.load()
+            atomic_write_json(out / CONFIG, config)
+            self._truncate_logs()
+        except BaseException:
+            lock.release()
+            raise
         return self
 
     # -- checkpoints -------------------------------------------------------------------------------
@@ -238,7 +272,7 @@ class Trainer:
 
     # -- logs --------------------------------------------------------------------------------------
     def _write_log_header(self) -> None:
-        with open(self.out / LOG, "w", newline="") as f:
+        with writing(self.out / LOG), open(self.out / LOG, "w", newline="") as f:
             csv.writer(f).writerow(LOG_FIELDS)
 
     def _truncate_logs(self) -> None:
@@ -259,7 +293,7 @@ class Trainer:
         path = self.out / EVAL_LOG
         keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
         new = not path.is_file()
-        with open(path, "a", newline="") as f:
+        with writing(path), open(path, "a", newline="") as f:
             w = csv.writer(f)
             if new:
                 w.writerow(["step"] + keys)
@@ -292,8 +326,17 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------
     def run(self, progress: bool = True, plot: bool = True, out=None) -> dict:
         """Train until the budget ends; returns metrics.json's content. Raises TrainingDiverged on a
-        non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C.
+        non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C, WriteError when a file
+        cannot be written (the last checkpoint stays). The directory's lock is given back at the end.
         progress: show the tqdm bar (on ``out``, default stderr); plot: draw curves.png at the end."""
+        if self.lock is None:                                            # a second run() of this Trainer
+            self.lock = RunLock(self.out)
+        try:
+            return self._run(progress, plot, out)
+        finally:
+            self.close()
+
+    def _run(self, progress: bool, plot: bool, out) -> dict:
         from tqdm.auto import tqdm
 
         cfg, task, model = self.cfg, self.task, self.model
@@ -303,7 +346,9 @@ class Trainer:
         stop_requested = _StopFlag()
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True,
                    desc=f"train {task.name}", file=out, mininterval=0.5)
-        log = open(self.out / LOG, "a", newline="")
+        log_path = self.out / LOG
+        with writing(log_path):
+            log = open(log_path, "a", newline="")
         writer = csv.writer(log)
         ema = None
         recent_tokens, recent_time = 0, 0.0
@@ -326,7 +371,8 @@ class Trainer:
                             else _norm(grads))
                     if not (math.isfinite(loss) and math.isfinite(norm)):
                         what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {norm}"
-                        log.flush()
+                        with writing(log_path):
+                            log.flush()
                         raise TrainingDiverged(
                             f"{what} at step {step}; training stopped. The last good checkpoint "
                             f"(step {_saved_step(self.out)}) is kept in {self.out}")
@@ -334,8 +380,9 @@ class Trainer:
                     dt = time.perf_counter() - t0
                     self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
                     self.cpu += time.process_time() - c0
-                    writer.writerow([step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens,
-                                     f"{self.elapsed:.3f}"])
+                    with writing(log_path):
+                        writer.writerow([step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens,
+                                         f"{self.elapsed:.3f}"])
                     ema = loss if ema is None else 0.95 * ema + 0.05 * loss
                     recent_tokens, recent_time = 0.9 * recent_tokens + batch.n_tokens, 0.9 * recent_time + dt
                     bar.update(1)
@@ -345,24 +392,30 @@ class Trainer:
                         stopped = "interrupted"
                         break
                     if step % cfg.eval_every == 0 and step != cfg.steps:
-                        log.flush()
+                        with writing(log_path):
+                            log.flush()
                         metrics = self.evaluate(cfg.eval_n)
-                        self._record(metrics, final=False)
-                        self.save()
+                        self.save()                                      # metrics.json never runs ahead of
+                        self._record(metrics, final=False)               # the checkpoint, even if a save fails
                         bar.write(f"step {step}: held-out " + _fmt(metrics))
-            log.flush()
+            with writing(log_path):
+                log.flush()
             if stopped == "interrupted":
                 self.save()
                 bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
                 raise KeyboardInterrupt
             metrics = self.evaluate(cfg.final_eval_n)
-            self._record(metrics, final=True, stopped=stopped)
             self.save()
+            self._record(metrics, final=True, stopped=stopped)
             bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+        except OSError:
+            plot = False                                                 # the disk may be full: write no more
+            raise
         finally:
             threads.__exit__(None, None, None)
             bar.close()
-            log.close()
+            with contextlib.suppress(OSError):                          # rows that no longer fit: resume takes
+                log.close()                                              # those steps again anyway
             try:
                 if plot:
                     self.plot()
@@ -394,7 +447,6 @@ def _blas_threads(n: int | None):
     OpenBLAS's worker threads spin while they wait; with other programs on the cores, two threads
     made a dates step 4-7x slower than one (measured on 2 shared cores). The limit holds only
     inside the training loop and is undone after it."""
-    import contextlib
     if n is None:
         return contextlib.nullcontext()
     try:
