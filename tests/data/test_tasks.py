@@ -1,6 +1,9 @@
 """The data side: the character vocabulary, the task registry, and the copy, dates and text tasks."""
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -96,7 +99,19 @@ def test_dates_held_out_split_is_disjoint_and_stable():
     assert {t for _, t in task.sample_pairs(rng, 300, heldout=True)} <= held
     for s, t in train_pairs[:50]:
         assert len(s) <= task.max_source_len and len(t) + 1 == task.max_target_len
-    assert is_heldout("2026-11-29", 10) == is_heldout("2026-11-29", 10)  # no per-process hash seed
+
+
+def test_held_out_split_is_the_same_in_every_process():
+    """The split must not depend on Python's per-process string hash (PYTHONHASHSEED), or a resumed
+    or evaluated run would score examples it trained on."""
+    keys = [f"{y}-{m:02d}-{y % 28 + 1:02d}" for y in range(1900, 2100, 7) for m in (1, 6, 11)]
+    here = [is_heldout(k, 10) for k in keys]
+    assert 0 < sum(here) < len(keys)                                     # both sides of the split occur
+    code = f"from npformer.data.seq2seq import is_heldout; print([is_heldout(k, 10) for k in {keys!r}])"
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        assert out.stdout.strip() == str(here), f"PYTHONHASHSEED={seed} gives another split"
 
 
 def test_dates_batches_are_deterministic_and_well_formed():

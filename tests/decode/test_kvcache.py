@@ -12,7 +12,7 @@ import pytest
 
 from npformer.decode import KVCache, greedy, make_stepper
 
-from decode_models import BOS, EOS, PAD, make_lm, make_seq2seq, sources
+from decode_models import BOS, EOS, PAD, greedy_gap, make_lm, make_seq2seq, sources
 
 TOL = {np.float64: 1e-12, np.float32: 1e-6}
 
@@ -67,10 +67,15 @@ def test_cached_and_uncached_decoding_give_the_same_tokens(rng):
     bos = np.full((5, 1), BOS)
     cached = greedy(model, bos, 15, src_ids=src, eos_id=EOS)
     plain = greedy(model, bos, 15, src_ids=src, eos_id=EOS, cache=False)
+    gap, scale = greedy_gap(model, plain, src=src)
+    assert gap > 1e-4 * scale                             # 100 times the float32 rounding: no choice can flip
     np.testing.assert_array_equal(cached, plain)
     lm = make_lm(np.float32, tie=False)
     prompt = rng.integers(0, 12, (3, 2))
-    np.testing.assert_array_equal(greedy(lm, prompt, 20), greedy(lm, prompt, 20, cache=False))
+    plain = greedy(lm, prompt, 20, cache=False)
+    gap, scale = greedy_gap(lm, plain, prompt=prompt)
+    assert gap > 1e-4 * scale
+    np.testing.assert_array_equal(greedy(lm, prompt, 20), plain)
 
 
 def test_cache_is_filled_in_place_and_reordered():

@@ -7,7 +7,7 @@ import pytest
 from npformer.decode import beam_search, greedy, length_penalty, sample, sample_next, strip_eos
 from npformer.ops import log_softmax
 
-from decode_models import BOS, EOS, make_lm, make_seq2seq, sources
+from decode_models import BOS, EOS, greedy_gap, make_lm, make_seq2seq, sources
 
 
 def naive_greedy(model, src, max_new):
@@ -36,6 +36,8 @@ def test_greedy_equals_naive_loop(rng):
     model = make_seq2seq(np.float64)
     src = sources(rng, b=5)
     got = greedy(model, np.full((5, 1), BOS), 12, src_ids=src, eos_id=EOS)
+    gap, scale = greedy_gap(model, got, src=src)
+    assert gap > 1e-4 * scale                             # no near-tie that rounding could flip
     want = naive_greedy(model, src, 12)
     assert len({len(w) for w in want}) > 1                # rows end at different steps
     for g, w in zip(got, want):
@@ -48,6 +50,8 @@ def test_lm_greedy_equals_naive_loop(rng):
     model = make_lm(np.float64, tie=False)
     prompt = rng.integers(0, 12, (2, 3))
     got = greedy(model, prompt, 10)
+    gap, scale = greedy_gap(model, got, prompt=prompt)
+    assert gap > 1e-4 * scale
     ids = prompt.copy()
     for _ in range(10):
         logits, _ = model.forward(ids)
@@ -65,7 +69,10 @@ def test_length_penalty_formula():
 def test_beam_one_without_penalty_is_greedy(rng):
     model = make_seq2seq(np.float64)
     src = sources(rng, b=5)
-    g = strip_eos(greedy(model, np.full((5, 1), BOS), 12, src_ids=src, eos_id=EOS), EOS)
+    g = greedy(model, np.full((5, 1), BOS), 12, src_ids=src, eos_id=EOS)
+    gap, scale = greedy_gap(model, g, src=src)
+    assert gap > 1e-4 * scale
+    g = strip_eos(g, EOS)
     beams = beam_search(model, np.full((5, 1), BOS), 12, src_ids=src, eos_id=EOS, beam=1, alpha=0.0)
     for gi, (hyp,) in zip(g, beams):
         np.testing.assert_array_equal(strip_eos(hyp.tokens[None], EOS)[0], gi)
@@ -108,10 +115,50 @@ def test_wide_beam_finds_the_exhaustive_best(alpha, rng):
         assert hyps[0].score == pytest.approx(best, abs=1e-9)
 
 
-def test_beam_search_lm_and_errors(rng):
+def lm_logprob(model, prompt_row, tokens):
+    """log P(tokens | prompt) from one full forward of the decoder-only LM."""
+    ids = np.array([[*prompt_row, *tokens[:-1]]])
+    logits, _ = model.forward(ids)
+    logp = log_softmax(logits[0, len(prompt_row) - 1:].astype(np.float64))      # (N, V)
+    return float(logp[np.arange(len(tokens)), tokens].sum())
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.5])
+def test_beam_search_lm_scores_equal_logprob_over_penalty(alpha, rng):
     model = make_lm(np.float64, tie=False)
-    res = beam_search(model, rng.integers(0, 12, (2, 2)), 6, beam=3)
-    assert [len(r) for r in res] == [3, 3] and all(len(h.tokens) == 6 for r in res for h in r)
+    prompt = rng.integers(0, 12, (2, 2))
+    res = beam_search(model, prompt, 6, beam=3, alpha=alpha)
+    assert [len(r) for r in res] == [3, 3]
+    for row, hyps in zip(prompt, res):
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 3                # no duplicates
+        for h in hyps:                                                  # no EOS: every beam runs to max_new
+            assert len(h.tokens) == 6 and not h.finished
+            lp = lm_logprob(model, row, h.tokens)
+            assert h.logprob == pytest.approx(lp, abs=1e-9)
+            assert h.score == pytest.approx(lp / length_penalty(6, alpha), abs=1e-9)
+
+
+def test_lm_beam_one_is_greedy_and_a_wide_beam_is_exhaustive(rng):
+    model = make_lm(np.float64, tie=False)
+    prompt = rng.integers(0, 12, (2, 3))
+    g = greedy(model, prompt, 5)
+    gap, scale = greedy_gap(model, g, prompt=prompt)
+    assert gap > 1e-4 * scale                             # no near-tie that rounding could flip
+    for gi, (hyp,) in zip(g, beam_search(model, prompt, 5, beam=1)):
+        np.testing.assert_array_equal(hyp.tokens, gi)
+    v, max_new = 4, 3
+    small = make_lm(np.float64, tie=False, vocab=v, seed=5)
+    prompt = rng.integers(0, v, (2, 2))
+    results = beam_search(small, prompt, max_new, beam=v ** (max_new - 1))
+    for row, hyps in zip(prompt, results):                # every sequence has the same length, so the same penalty
+        best = max(lm_logprob(small, row, list(seq)) for seq in itertools.product(range(v), repeat=max_new))
+        assert hyps[0].logprob == pytest.approx(best, abs=1e-9)
+
+
+def test_beam_search_lm_errors():
+    model = make_lm(np.float64, tie=False)
     with pytest.raises(ValueError, match="beam"):
         beam_search(model, np.zeros((1, 1), dtype=np.int64), 3, beam=0)
     with pytest.raises(ValueError, match="max_len"):
@@ -148,7 +195,9 @@ def test_temperature_to_zero_is_greedy(rng):
     src = sources(rng, b=4)
     bos = np.full((4, 1), BOS)
     g = greedy(model, bos, 12, src_ids=src, eos_id=EOS)
-    for t in (0.0, 1e-4):
+    gap, _ = greedy_gap(model, g, src=src)
+    assert gap / 1e-5 > 50                                # at temperature 1e-5 a runner-up has p < e^-50
+    for t in (0.0, 1e-5):
         s = sample(model, bos, 12, np.random.default_rng(5), temperature=t, src_ids=src, eos_id=EOS)
         np.testing.assert_array_equal(s, g)
     hot = sample(model, bos, 12, np.random.default_rng(5), temperature=5.0, src_ids=src, eos_id=EOS)
@@ -156,7 +205,10 @@ def test_temperature_to_zero_is_greedy(rng):
 
 
 def test_sampling_is_deterministic_given_the_rng(rng):
-    model = make_lm(np.float32, tie=False)
+    # float64: the cached and the uncached logits then differ by ~1e-15, so that no uniform draw of
+    # the inverse-CDF sampler can land between their two cumulative sums (in float32, ~1e-6 apart,
+    # it could, on some BLAS kernel)
+    model = make_lm(np.float64, tie=False)
     prompt = rng.integers(0, 12, (3, 2))
     a = sample(model, prompt, 15, np.random.default_rng(9), temperature=0.8, top_k=5)
     b = sample(model, prompt, 15, np.random.default_rng(9), temperature=0.8, top_k=5)

@@ -30,13 +30,19 @@ def test_one_panel_per_kind_layer_and_head(rng, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_model_panels_shapes():
-    enc = {"self": np.zeros((2, 4, 5, 5))}
-    dec = {"self": np.zeros((2, 4, 3, 3)), "cross": np.ones((2, 4, 3, 5))}
-    p = model_panels({"encoder": [enc, enc], "decoder": [dec]}, index=1)
+def test_model_panels_pick_the_batch_item_of_every_layer(rng):
+    enc = [{"self": rng.random((2, 4, 5, 5))} for _ in range(2)]                     # (B, H, S, S) per layer
+    dec = [{"self": rng.random((2, 4, 3, 3)), "cross": rng.random((2, 4, 3, 5))}]    # (B, H, T, T), (B, H, T, S)
+    p = model_panels({"encoder": enc, "decoder": dec}, index=1)
     assert {k: len(v) for k, v in p.items()} == {"encoder self": 2, "decoder self": 1, "cross": 1}
-    assert p["cross"][0].shape == (4, 3, 5)
-    assert list(model_panels([{"self": np.zeros((1, 2, 3, 3))}])) == ["self"]
+    for i in range(2):
+        np.testing.assert_array_equal(p["encoder self"][i], enc[i]["self"][1])
+    np.testing.assert_array_equal(p["decoder self"][0], dec[0]["self"][1])
+    np.testing.assert_array_equal(p["cross"][0], dec[0]["cross"][1])
+    lm = [{"self": rng.random((2, 2, 3, 3))}]
+    p = model_panels(lm)
+    assert list(p) == ["self"]
+    np.testing.assert_array_equal(p["self"][0], lm[0]["self"][0])
 
 
 def test_figure_errors(rng, tmp_path):

@@ -3,19 +3,22 @@ from_torch's errors for configurations npformer does not have."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 
 import npformer  # noqa: E402
 from npformer.interop.conventions import attention_masks  # noqa: E402
 from npformer.nn import Decoder, Encoder, EncoderLayer, MultiHeadAttention  # noqa: E402
 from npformer.nn.transformer import TransformerStack  # noqa: E402
+from random_params import randomize  # noqa: E402
 
 nn = torch.nn
 
 
 def test_bool_and_float_masks_agree_and_follow_torchs_convention():
     rng = np.random.default_rng(0)
-    layer = EncoderLayer(8, 2, 16, dropout=0.0, rng=rng, dtype=np.float64).eval()
+    layer = randomize(EncoderLayer(8, 2, 16, dropout=0.0, rng=rng, dtype=np.float64).eval(), rng)
     x = rng.standard_normal((2, 4, 8))
     forbid = np.array([[False, True, True, False]] * 4)                 # torch: True = NOT allowed
     as_float = np.where(forbid, -np.inf, 0.0)
@@ -43,7 +46,7 @@ def test_attention_masks_shapes_and_combination():
 def test_is_causal_without_a_mask_applies_the_causal_mask():
     """torch needs the mask along with the hint; npformer builds it."""
     rng = np.random.default_rng(1)
-    enc = Encoder(2, 8, 2, 16, dropout=0.0, rng=rng, dtype=np.float64).eval()
+    enc = randomize(Encoder(2, 8, 2, 16, dropout=0.0, rng=rng, dtype=np.float64).eval(), rng)
     x = rng.standard_normal((2, 5, 8))
     causal = TransformerStack.generate_square_subsequent_mask(5, np.float64)
     np.testing.assert_allclose(enc(x, is_causal=True), enc(x, mask=causal), atol=1e-14)
@@ -52,7 +55,7 @@ def test_is_causal_without_a_mask_applies_the_causal_mask():
 
 def test_unbatched_inputs_and_head_weights():
     rng = np.random.default_rng(2)
-    mha = MultiHeadAttention(8, 2, rng=rng, dtype=np.float64).eval()
+    mha = randomize(MultiHeadAttention(8, 2, rng=rng, dtype=np.float64).eval(), rng)
     q, kv = rng.standard_normal((3, 8)), rng.standard_normal((4, 8))
     out, w = mha(q, kv, kv, key_padding_mask=np.array([False, False, False, True]), average_attn_weights=False)
     assert out.shape == (3, 8) and w.shape == (2, 3, 4)

@@ -3,7 +3,9 @@ parameter gradient by key, and the input gradients, with the masks a torch user 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 
 import npformer  # noqa: E402
 from npformer.interop.conventions import attention_masks  # noqa: E402

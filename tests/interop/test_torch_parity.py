@@ -5,7 +5,9 @@ import warnings
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 
 import npformer  # noqa: E402
 from npformer.nn import Decoder, DecoderLayer, Encoder, EncoderLayer, MultiHeadAttention  # noqa: E402

@@ -20,12 +20,6 @@ def torch_key(k: str) -> str:
     return k.replace(".ffn.linear", ".linear")
 
 
-def randomize(model, rng, scale=0.3):
-    """Move every parameter off its init (biases 0, norms 1) so each gradient is exercised."""
-    for k, v in model.state_dict().items():
-        v += scale * rng.standard_normal(v.shape) * (np.abs(v).mean() + 0.1)
-
-
 def sinusoid_table(max_len: int, d: int) -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...), written out anew for the reference."""
     pe = torch.zeros(max_len, d, dtype=torch.float64)

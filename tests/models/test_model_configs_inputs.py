@@ -135,6 +135,9 @@ def test_training_with_dropout_needs_an_rng_and_padding_only_targets_fail():
         m.forward(ids, ids, rng=3)
     logits, _ = m.forward(ids, ids, rng=np.random.default_rng(0))
     assert logits.shape == (1, 3, 20)
+    np.testing.assert_array_equal(m.forward(ids, ids, rng=np.random.default_rng(0))[0], logits)   # the rng decides
+    assert np.abs(m.eval().forward(ids, ids)[0] - logits).max() > 1e-3                       # dropout did act
+    m.train()
     with pytest.raises(ValueError, match=r"tgt_out holds only ignored positions"):
         m.eval().loss(ids, ids, np.zeros((1, 3), dtype=np.int64))
     with pytest.raises(TypeError, match=r"config must be a TransformerConfig"):

@@ -1,11 +1,21 @@
-"""Every module's forward and every gradient against torch autograd in float64."""
+"""Every module's forward and every gradient against torch autograd in float64.
+
+The torch modules are perturbed before npformer loads their weights (torch_cases.perturb): fresh
+ones have LayerNorm weights 1 and biases 0 and attention biases 0, which would hide a swapped norm
+or an ignored bias."""
+import copy
+
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from oracles import require
 
-from npformer.nn import (Decoder, DecoderLayer, Embeddings, Encoder, EncoderLayer, FeedForward, LayerNorm,
+torch = require("torch")
+
+from npformer.nn import (Decoder, DecoderLayer, Embeddings, Encoder, EncoderLayer, FeedForward, LayerNorm,  # noqa: E402
                          Linear, MultiHeadAttention, add_grads, padding_mask)
+from random_params import randomize  # noqa: E402
+from torch_cases import perturb  # noqa: E402
 
 RTOL = 1e-9
 
@@ -41,22 +51,22 @@ def test_add_grads_sums_shared_keys():
 def test_linear_and_layernorm_modules():
     rng = np.random.default_rng(0)
     lin = Linear(5, 3, rng=rng).astype(np.float64)
-    t = torch.nn.Linear(5, 3).double()
+    torch.manual_seed(0)
+    t = perturb(torch.nn.Linear(5, 3).double(), 0)
     load_from(lin, t)
     x = rng.standard_normal((2, 4, 5))
     y, c = lin.forward(x)
     xt = torch.tensor(x, requires_grad=True)
+    out = t(xt)
+    assert rel_err(y, out.detach()) < RTOL
     dy = rng.standard_normal(y.shape)
-    (t(xt) * torch.tensor(dy)).sum().backward()
+    (out * torch.tensor(dy)).sum().backward()
     dx, g = lin.backward(dy, c)
     assert rel_err(dx, xt.grad) < RTOL
     check_grads(g, t, lin)
 
     ln = LayerNorm(7, eps=1e-6).astype(np.float64)
-    tl = torch.nn.LayerNorm(7, eps=1e-6).double()
-    with torch.no_grad():
-        tl.weight.copy_(torch.randn(7, dtype=torch.float64))
-        tl.bias.copy_(torch.randn(7, dtype=torch.float64))
+    tl = perturb(torch.nn.LayerNorm(7, eps=1e-6).double(), 0)
     load_from(ln, tl)
     x = rng.standard_normal((3, 7)) * 5 + 2
     y, c = ln.forward(x)
@@ -75,10 +85,8 @@ def test_multihead_attention(cross):
     rng = np.random.default_rng(1)
     E, H, B, Tq, Tk = 12, 3, 2, 5, 7 if cross else 5
     mha = MultiHeadAttention(E, H, rng=rng).astype(np.float64).eval()
-    t = torch.nn.MultiheadAttention(E, H, batch_first=True).double()
-    with torch.no_grad():
-        t.in_proj_bias.copy_(torch.randn(3 * E, dtype=torch.float64))
-        t.out_proj.bias.copy_(torch.randn(E, dtype=torch.float64))
+    torch.manual_seed(1)
+    t = perturb(torch.nn.MultiheadAttention(E, H, batch_first=True).double(), 1)
     load_from(mha, t)
     xq = rng.standard_normal((B, Tq, E))
     xkv = rng.standard_normal((B, Tk, E)) if cross else None
@@ -107,8 +115,9 @@ def test_encoder_layer(norm_first, activation):
     E, H, F = 12, 4, 18
     layer = EncoderLayer(E, H, F, dropout=0.0, activation=activation, norm_first=norm_first, rng=rng)
     layer = layer.astype(np.float64).eval()
-    t = torch.nn.TransformerEncoderLayer(E, H, F, dropout=0.0, activation=activation, batch_first=True,
-                                         norm_first=norm_first).double()
+    torch.manual_seed(2)
+    t = perturb(torch.nn.TransformerEncoderLayer(E, H, F, dropout=0.0, activation=activation, batch_first=True,
+                                                 norm_first=norm_first).double(), 2)
     load_from(layer, t)
     x = rng.standard_normal((3, 6, E))
     ids = rng.integers(1, 5, (3, 6))
@@ -129,7 +138,9 @@ def test_decoder_layer(norm_first):
     rng = np.random.default_rng(3)
     E, H, F = 10, 2, 14
     layer = DecoderLayer(E, H, F, dropout=0.0, norm_first=norm_first, rng=rng).astype(np.float64).eval()
-    t = torch.nn.TransformerDecoderLayer(E, H, F, dropout=0.0, batch_first=True, norm_first=norm_first).double()
+    torch.manual_seed(3)
+    t = perturb(torch.nn.TransformerDecoderLayer(E, H, F, dropout=0.0, batch_first=True,
+                                                 norm_first=norm_first).double(), 3)
     load_from(layer, t)
     x, mem = rng.standard_normal((2, 5, E)), rng.standard_normal((2, 7, E))
     src_keep = np.ones((2, 7), bool)
@@ -151,7 +162,8 @@ def test_stacks_with_final_norm():
     E, H, F, N = 8, 2, 16, 2
     enc = Encoder(N, E, H, F, dropout=0.0, norm_first=True, final_norm=True, rng=rng).astype(np.float64).eval()
     dec = Decoder(N, E, H, F, dropout=0.0, norm_first=True, final_norm=True, rng=rng).astype(np.float64).eval()
-    t = torch.nn.Transformer(E, H, N, N, F, dropout=0.0, batch_first=True, norm_first=True).double()
+    torch.manual_seed(4)
+    t = perturb(torch.nn.Transformer(E, H, N, N, F, dropout=0.0, batch_first=True, norm_first=True).double(), 4)
     load_from(enc, t.encoder)
     load_from(dec, t.decoder)
     src, tgt = rng.standard_normal((2, 6, E)), rng.standard_normal((2, 4, E))
@@ -232,12 +244,21 @@ def test_dropout_needs_rng_in_training_and_is_off_in_eval():
     assert not np.array_equal(y1, y3)
 
 
-def test_float32_stays_float32():
+def test_float32_stays_float32_and_matches_float64():
     rng = np.random.default_rng(7)
-    layer = DecoderLayer(8, 2, 16, dropout=0.0, rng=rng).eval()
+    layer = randomize(DecoderLayer(8, 2, 16, dropout=0.0, rng=rng).eval(), rng)
+    layer64 = copy.deepcopy(layer).astype(np.float64)                   # the same (float32) weights
     x = rng.standard_normal((2, 3, 8)).astype(np.float32)
     m = rng.standard_normal((2, 4, 8)).astype(np.float32)
-    y, c = layer.forward(x, m, memory_mask=np.ones((2, 1, 1, 4), bool))
-    dx, dm, g = layer.backward(np.ones_like(y), c)
+    keep = np.ones((2, 1, 1, 4), bool)
+    keep[1, ..., 3] = False
+    dy = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    y, c = layer.forward(x, m, memory_mask=keep)
+    dx, dm, g = layer.backward(dy, c)
     assert y.dtype == dx.dtype == dm.dtype == np.float32
     assert all(v.dtype == np.float32 for v in g.values())
+    y64, c64 = layer64.forward(x.astype(np.float64), m.astype(np.float64), memory_mask=keep)
+    dx64, dm64, g64 = layer64.backward(dy.astype(np.float64), c64)
+    # float32 rounding through a few dozen operations: ~1e-6 relative, normwise
+    for got, want, name in [(y, y64, "y"), (dx, dx64, "dx"), (dm, dm64, "dmemory")] + [(g[k], g64[k], k) for k in g]:
+        assert rel_err(got, want) < 1e-5, (name, rel_err(got, want))

@@ -4,7 +4,9 @@ differences, and float32 against float64."""
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from _opcheck import TOL_F32, TOL_FD, TOL_TORCH, assert_rel, numeric_grad, to_torch  # noqa: E402
@@ -89,9 +91,17 @@ def test_linear_vs_torch_fd_float32(rng, bias):
 
 def test_linear_one_dimensional_input(rng):
     x, w, b = rng.normal(size=7), rng.normal(size=(3, 7)), rng.normal(size=3)
+    dout = rng.normal(size=3)
     y, cache = linear_forward(x, w, b)
-    dx, dw, db = linear_backward(np.ones(3), cache)
+    dx, dw, db = linear_backward(dout, cache)
     assert y.shape == (3,) and dx.shape == (7,) and dw.shape == (3, 7) and db.shape == (3,)
+    xt, wt, bt = to_torch(x, w, b)
+    yt = F.linear(xt, wt, bt)                                          # torch takes a 1-D input too
+    (yt * torch.from_numpy(dout)).sum().backward()
+    assert_rel(y, yt.detach().numpy(), TOL_TORCH, "linear 1-D forward")
+    for g, tg, name in ((dx, xt, "dx"), (dw, wt, "dw"), (db, bt, "db")):
+        assert_rel(g, tg.grad.numpy(), TOL_TORCH, f"linear 1-D {name}")
+    assert_rel(dw, numeric_grad(lambda a: linear_forward(x, a, b)[0], w.copy(), dout), TOL_FD, "linear 1-D dw fd")
 
 
 # ---------------------------------------------------------------- layer norm

@@ -3,8 +3,10 @@ Phi against scipy elementwise, float32 against float64 everywhere (the issue's 1
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-special = pytest.importorskip("scipy.special")
+from oracles import require
+
+torch = require("torch")
+special = require("scipy.special")
 
 from _opcheck import TOL_FD, TOL_TORCH, assert_rel, numeric_grad, to_torch  # noqa: E402
 from npformer.ops import erf, gelu_backward, gelu_forward  # noqa: E402
@@ -116,12 +118,30 @@ def test_shapes_blocks_layouts_and_dtypes():
 
 
 def test_coefficients_are_reproduced_by_the_fit_script():
-    pytest.importorskip("mpmath")
+    mpmath = require("mpmath")
     from npformer.ops import _erf_fit, activations
     p, q, err = _erf_fit.rational_float32()
-    assert err < 3e-8
-    np.testing.assert_allclose(p, activations._P, rtol=1e-12)
-    np.testing.assert_allclose(q, activations._Q, rtol=1e-12)
+    assert err < 3e-8                                                  # the fit's max relative error: 2.46e-8
+    # P and Q come out of ~110 re-weighted least-squares solves (np.linalg.lstsq, LAPACK's SVD-based
+    # gelsd). Each solve is backward stable, so (Wedin's theorem) its coefficients are fixed only to
+    # about u * (kappa + kappa^2 * tan(theta)) relative: kappa, the weighted design matrix's condition
+    # number, is 7.6e6 at the last solve (1.3e7 at most), tan(theta) = |residual| / |fit| = 1e-9 makes
+    # the kappa^2 term ~6e4, negligible, so ~1e-9 for u = 1.1e-16. Another BLAS kernel rounds the
+    # solves differently and does move them that much (1e-9 under SkylakeX, 2e-9 under Sandybridge,
+    # against the Haswell run that wrote the table): 1e-12 was never on offer. 1e-7 leaves a factor
+    # of ~70 for the constants of the backward error (they grow with the 3,000 rows) and for solves
+    # that feed each other's weights.
+    np.testing.assert_allclose(p, activations._P, rtol=1e-7)
+    np.testing.assert_allclose(q, activations._Q, rtol=1e-7)
+    # what matters is the function the stored table gives: as accurate as the fit, measured here
+    # against 50-digit erf(x) / x on a grid of our own (denser than the fit's, evenly spaced)
+    x = np.linspace(0.0, 4.0, 4001)[1:]
+    with mpmath.workdps(50):
+        ref = np.array([float(mpmath.erf(mpmath.mpf(v)) / mpmath.mpf(v)) for v in x])
+    u = x * x
+    stored = np.polynomial.polynomial.polyval(u, activations._P) / np.polynomial.polynomial.polyval(u, activations._Q)
+    assert np.abs(stored / ref - 1).max() < 3e-8
+    # the float64 tables are Chebyshev interpolants computed in mpmath and rounded once: no BLAS
     np.testing.assert_allclose(_erf_fit.small_polynomial(), activations._S64, rtol=1e-12)
     coef, _ = _erf_fit.tail_chebyshev()
     np.testing.assert_allclose(coef, activations._T64, rtol=1e-9, atol=1e-22)

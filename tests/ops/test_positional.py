@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from npformer.ops import sinusoidal_positions, sinusoidal_positions_2d
+from oracles import require
 
 
 @pytest.mark.parametrize("n, d", [(7, 9), (50, 8), (3, 1), (1, 2)])
@@ -24,7 +25,7 @@ def test_exact_formula_element_by_element(n, d):
 
 
 def test_against_torch_float64():
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     n, d = 33, 16
     pos = torch.arange(n, dtype=torch.float64)[:, None]
     inv_freq = torch.pow(torch.tensor(10000.0, dtype=torch.float64), -torch.arange(0, d, 2, dtype=torch.float64) / d)

@@ -1,12 +1,14 @@
 """The inference fast path (``infer`` methods and ``*_inference`` ops) against the training
-path it must equal: float64, random weights, to 1e-12. No torch needed: the training path
-itself is checked against torch in tests/ops and tests/nn."""
+path it must equal: float64, random weights (LayerNorm and biases too, so that a norm or a bias
+the fast path drops shows), to 1e-12. No torch needed: the training path itself is checked
+against torch in tests/ops and tests/nn."""
 import numpy as np
 import pytest
 
 from npformer.nn import Encoder, FeedForward, LayerNorm, MultiHeadAttention, padding_mask
 from npformer.ops import (attention_forward, attention_inference, layernorm_forward, layernorm_inference,
                           softmax_forward, softmax_numerator_)
+from random_params import randomize
 
 TOL = 1e-12
 
@@ -66,7 +68,7 @@ def test_layernorm_inference_equals_forward(rng, in_place):
 
 
 def test_feedforward_infer_in_row_blocks(rng):
-    ffn = FeedForward(12, 40, activation="gelu", rng=rng).astype(np.float64).eval()
+    ffn = randomize(FeedForward(12, 40, activation="gelu", rng=rng).astype(np.float64).eval(), rng)
     x = rng.normal(size=(2, 13, 12))                                  # (B, T, E)
     ref, _ = ffn.forward(x)
     assert max_rel(ffn.infer(x, rows=5), ref) < TOL                   # 26 rows in blocks of 5
@@ -74,7 +76,7 @@ def test_feedforward_infer_in_row_blocks(rng):
 
 def test_mha_infer_packed_equals_padded_forward(rng):
     """Packed sequences without padding == the padded batch with a key padding mask."""
-    mha = MultiHeadAttention(12, 3, rng=rng).astype(np.float64).eval()
+    mha = randomize(MultiHeadAttention(12, 3, rng=rng).astype(np.float64).eval(), rng)
     lengths = [5, 1, 9]
     x = rng.normal(size=(3, 9, 12))                                   # (B, T, E), padded to 9
     ids = np.array([[1] * n + [0] * (9 - n) for n in lengths])        # (B, T), 0 = padding
@@ -91,6 +93,7 @@ def test_mha_infer_packed_equals_padded_forward(rng):
 def test_encoder_infer_packed_equals_padded_forward(rng, norm_first, activation):
     enc = Encoder(2, 16, 4, 24, dropout=0.1, activation=activation, norm_first=norm_first,
                   final_norm=norm_first, eps=1e-12, rng=rng).astype(np.float64).eval()
+    randomize(enc, rng)
     lengths = [7, 3, 12, 1]
     x = rng.normal(size=(4, 12, 16))                                  # (B, T, E)
     ids = np.array([[1] * n + [0] * (12 - n) for n in lengths])
@@ -105,7 +108,6 @@ def test_encoder_infer_packed_equals_padded_forward(rng, norm_first, activation)
 
 
 def test_layernorm_module_infer(rng):
-    ln = LayerNorm(8, eps=1e-6).astype(np.float64)
-    ln.params["weight"][:] = rng.normal(size=8)
+    ln = randomize(LayerNorm(8, eps=1e-6).astype(np.float64), rng)
     x = rng.normal(size=(5, 8))
     assert max_rel(ln.infer(x), ln.forward(x)[0]) < TOL

@@ -5,7 +5,9 @@ import pytest
 
 from npformer.pretrained.parallel import default_threads, map_threads
 
-threadpoolctl = pytest.importorskip("threadpoolctl")
+from oracles import require
+
+threadpoolctl = require("threadpoolctl")
 
 
 def blas_threads():

@@ -8,9 +8,11 @@ hidden states within 1e-4. Sentences of many lengths, the empty one, and some pa
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-sentence_transformers = pytest.importorskip("sentence_transformers")
-transformers = pytest.importorskip("transformers")
+from oracles import minilm_dir, require
+
+torch = require("torch")
+sentence_transformers = require("sentence_transformers")
+transformers = require("transformers")
 
 from npformer.pretrained import SentenceEncoder  # noqa: E402
 
@@ -33,11 +35,7 @@ def sentences() -> list[str]:
 
 @pytest.fixture(scope="module")
 def model_dir():
-    from npformer.pretrained import default_model_dir
-    try:
-        return default_model_dir()
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
+    return minilm_dir()
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from npformer.cli import main
+from oracles import require
 
 TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
              "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
@@ -47,7 +48,13 @@ def test_train_writes_a_run_and_resume_continues(copy_run, capsys):
 
 
 def test_eval_prints_json_matching_training(copy_run, capsys):
-    rc, out, _ = cli(capsys, "eval", copy_run, "--n", 40)
+    # the run's final evaluation ran with its blas_threads (the copy recipe's 1); OpenBLAS's threaded
+    # kernels may round a product otherwise, so the command evaluates on as many threads, and then
+    # does the very same arithmetic
+    threads = json.loads((copy_run / "config.json").read_text())["train"]["blas_threads"]
+    assert threads == 1
+    with require("threadpoolctl").threadpool_limits(threads, user_api="blas"):
+        rc, out, _ = cli(capsys, "eval", copy_run, "--n", 40)
     assert rc == 0
     got = json.loads(out)
     saved = json.loads((copy_run / "metrics.json").read_text())

@@ -7,7 +7,9 @@ import pytest
 
 from npformer.train import Adam, AdamW, clip_by_global_norm, cosine_lr, global_norm, make_schedule, noam_lr
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 
 
 def _params(rng):
@@ -71,11 +73,20 @@ def test_in_place_on_a_model_and_state_round_trip():
         opt.step({})
 
 
-def test_float32_stays_float32():
-    p = {"w": np.ones((3, 3), dtype=np.float32)}
-    opt = AdamW(p, lr=1e-3)
-    opt.step({"w": np.full((3, 3), 0.5, dtype=np.float32)})
-    assert p["w"].dtype == np.float32 and opt.m["w"].dtype == np.float32 and opt.v["w"].dtype == np.float32
+def test_float32_stays_float32_and_matches_float64():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((3, 3)).astype(np.float32)
+    p32, p64 = {"w": w.copy()}, {"w": w.astype(np.float64)}
+    opt32, opt64 = AdamW(p32, lr=1e-2, weight_decay=0.1), AdamW(p64, lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        g = rng.standard_normal((3, 3)).astype(np.float32)
+        opt32.step({"w": g})
+        opt64.step({"w": g.astype(np.float64)})
+    assert p32["w"].dtype == np.float32 and opt32.m["w"].dtype == np.float32 and opt32.v["w"].dtype == np.float32
+    # the same updates, to float32 rounding (the first steps move each weight by about lr)
+    np.testing.assert_allclose(p32["w"], p64["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(opt32.v["w"], opt64.v["w"], rtol=1e-5)
+    assert np.abs(p64["w"] - w).max() > 1e-2                            # the steps did move the weights
 
 
 def test_noam_schedule_formula():

@@ -9,6 +9,7 @@ import pytest
 from npformer.train.checkpoint import load_run, read_safetensors
 from npformer.train.trainer import Trainer, TrainingDiverged
 
+from oracles import require
 from train_helpers import assert_same_weights, losses, weights
 
 
@@ -135,26 +136,38 @@ def test_start_refuses_to_overwrite(start_tiny, tmp_path):
         start_tiny("x", steps=2)
 
 
-def test_copy_converges_to_exact_copies(tmp_path):
+def test_copy_learns_to_copy(tmp_path):
     """A small copy task (4 symbols, up to 4 long) with the copy task's default model and recipe
-    (Adam, warmup then cosine) copies every held-out sequence after 200 steps."""
+    (Adam, warmup then cosine) copies nearly every held-out sequence after 200 steps.
+
+    The exact figure depends on rounding: a BLAS kernel that rounds differently sends training down
+    another path. Measured at step 200 over seeds 0-15 under the Haswell, Sandybridge and SkylakeX
+    kernels (one and two threads for seeds 0-5, where the recipe's blas_threads=1 makes them equal):
+    exact match 0.93-1.0, token accuracy 0.983-1.0, loss 0.009-0.052 (seed 0: 0.975-1.0). The bounds
+    below leave about three times the worst error seen; an untrained model scores about 0 and 0.2."""
     from npformer.data.copy import CopyTask
     from npformer.train.trainer import TrainConfig
     task = CopyTask(CopyTask.Settings(n_symbols=4, max_len=4))
     recipe = {**task.default_train_config(), "steps": 200, "batch_size": 32, "warmup": 20, "eval_every": 100,
               "eval_n": 50, "final_eval_n": 200}
     t = Trainer.start(task, {}, TrainConfig(**recipe), tmp_path / "copy")
-    m = t.run(progress=False, plot=False)
+    m = t.run(progress=False, plot=False)["held_out"]
     first = losses(tmp_path / "copy")[:10].mean()
-    assert m["held_out"]["exact_match"] == 1.0 and m["held_out"]["n"] == 200
-    assert m["held_out"]["loss"] < 0.05 < first
+    assert m["n"] == 200
+    assert m["exact_match"] >= 0.8 and m["token_accuracy"] >= 0.95, m
+    assert m["loss"] < 0.15 < first, (m, first)
 
 
 def test_teacher_forced_exact_match_equals_greedy_decoding(tmp_path):
     """evaluate() scores exact match from one teacher-forced pass; on a half-trained model (some
-    answers right, some wrong) it must agree, example by example, with greedy decoding."""
+    answers right, some wrong) it must agree, example by example, with greedy decoding.
+
+    Up to its first wrong token greedy decoding feeds itself the target, so each of its choices is
+    the teacher-forced argmax computed once more, through the KV cache. The two paths round
+    differently (float32: up to 1e-6 of the logits' scale, see test_kvcache), so they must agree
+    wherever that argmax wins by a clear margin, here 1e-4 of the scale; a closer call may go either
+    way on another BLAS kernel (none is that close for this seed on the kernels tried)."""
     from npformer.data.copy import CopyTask
-    from npformer.data.vocab import pad_batch
     from npformer.decode import greedy, strip_eos
     from npformer.train.trainer import TrainConfig
     task = CopyTask(CopyTask.Settings(n_symbols=5, max_len=6))
@@ -165,16 +178,26 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tmp_path):
     pairs = task.sample_pairs(np.random.default_rng(0), 300, heldout=True)
     metrics = task.evaluate(model, n=300, seed=0)
     v = task.vocab
-    src = pad_batch([v.encode(s) for s, _ in pairs], v.pad_id)
+    src, tgt_in, tgt_out = task.encode_pairs(pairs)
     out = greedy(model, np.full((len(pairs), 1), v.bos_id), task.max_target_len, src_ids=src, eos_id=v.eos_id)
     decoded = [v.decode(ids) for ids in strip_eos(out, v.eos_id)]
-    greedy_exact = np.mean([d == t for d, (_, t) in zip(decoded, pairs)])
-    assert 0.05 < greedy_exact < 0.95                                   # a model that is still learning
-    assert metrics["exact_match"] == greedy_exact
+    greedy_exact = np.array([d == t for d, (_, t) in zip(decoded, pairs)])          # (N,)
+
+    logits, _ = model.forward(src, tgt_in)                                        # (N, T, V) teacher forced
+    top2 = np.sort(logits, axis=-1)[..., -2:]                                     # (N, T, 2)
+    valid = tgt_out != v.pad_id                                                   # (N, T)
+    miss = (logits.argmax(-1) != tgt_out) & valid                                 # (N, T)
+    upto_first_miss = (np.cumsum(miss, axis=1) - miss) == 0                       # (N, T)
+    margin = np.where(valid & upto_first_miss, top2[..., 1] - top2[..., 0], np.inf).min(axis=1)   # (N,)
+    clear = margin > 1e-4 * np.abs(logits).max()                                 # (N,)
+    assert clear.mean() >= 0.95                                                   # the comparison covers nearly all
+    assert 0.05 < greedy_exact.mean() < 0.95                                      # a model that is still learning
+    np.testing.assert_array_equal(greedy_exact[clear], ~miss.any(axis=1)[clear])
+    assert abs(metrics["exact_match"] - greedy_exact.mean()) <= (~clear).mean()
 
 
 def test_blas_threads_limit_holds_only_during_the_run(start_tiny):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    threadpoolctl = require("threadpoolctl")
 
     def blas_threads():
         return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]

@@ -4,7 +4,9 @@ import pytest
 
 from npformer.nn.patches import PatchEmbedding, image_to_patches, patches_to_image
 
-torch = pytest.importorskip("torch")
+from oracles import require
+
+torch = require("torch")
 
 RTOL = 1e-9
 

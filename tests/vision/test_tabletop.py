@@ -55,7 +55,11 @@ def test_instructions_parse_and_encode():
         ids = tt.encode(t)
         assert ids.shape == (tt.MAX_WORDS,) and (ids[:len(t.split())] > 0).all() and (ids[len(t.split()):] == 0).all()
     assert tt.parse("Put the RED block in the box.") == ("red", "box")
-    assert tt.sample_episode(np.random.default_rng(5))[1] == tt.sample_episode(np.random.default_rng(5))[1]
+    scene, text, pick, place = tt.sample_episode(np.random.default_rng(5))
+    colour, kind = tt.check_instruction(scene, text)
+    assert (pick, place) == (scene.blocks[colour], scene.containers[kind])   # the action the words ask for
+    again = tt.sample_episode(np.random.default_rng(5))                       # the rng alone decides it
+    assert again[1:] == (text, pick, place) and np.array_equal(again[0].image, scene.image)
 
 
 def test_bad_instructions_are_clear_errors():

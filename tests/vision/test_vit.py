@@ -1,10 +1,15 @@
 """ViT: logits, loss and every parameter gradient against a torch reference, key by key, float64."""
+import copy
+
 import numpy as np
 import pytest
 
 from npformer.models.vit import ViT, ViTConfig
 
-torch = pytest.importorskip("torch")
+from oracles import require
+from random_params import randomize
+
+torch = require("torch")
 
 RTOL = 1e-8
 
@@ -91,11 +96,19 @@ def test_vit_logits_loss_and_every_gradient(norm_first, pool):
 
 def test_vit_attention_weights_and_config_checks(tmp_path):
     cfg = ViTConfig(image_size=8, patch_size=4, d_model=8, n_heads=2, d_ff=8, n_layers=2)
-    model = ViT(cfg).eval()
-    logits, cache = model.forward(np.zeros((2, 8, 8, 1), np.float32))
+    rng = np.random.default_rng(1)
+    model = randomize(ViT(cfg).eval(), rng)
+    model64 = copy.deepcopy(model).astype(np.float64)                   # the same (float32) weights
+    images = rng.random((2, 8, 8, 1)).astype(np.float32)
+    logits, cache = model.forward(images)
     assert logits.dtype == np.float32 and logits.shape == (2, 10)
     att = model.attention_weights(cache)
     assert len(att) == 2 and att[0]["self"].shape == (2, 2, 5, 5)
+    logits64, cache64 = model64.forward(images.astype(np.float64))      # float32 to its rounding
+    assert rel_err(logits, logits64) < 1e-5
+    for layer, layer64 in zip(att, model64.attention_weights(cache64)):
+        np.testing.assert_allclose(layer["self"], layer64["self"], atol=1e-6)
+        np.testing.assert_allclose(layer["self"].sum(-1), 1.0, atol=1e-6)
     cfg.save_json(tmp_path / "c.json")
     assert ViTConfig.load_json(tmp_path / "c.json") == cfg
     with pytest.raises(ValueError, match="must be a multiple of patch_size"):

@@ -1,11 +1,16 @@
 """VLA: action logits, loss and every parameter gradient against a torch reference (float64),
 plus central finite differences on a few parameters of each kind."""
+import copy
+
 import numpy as np
 import pytest
 
 from npformer.models.vla import VLA, VLAConfig
 
-torch = pytest.importorskip("torch")
+from oracles import require
+from random_params import randomize
+
+torch = require("torch")
 
 RTOL = 1e-8
 
@@ -108,13 +113,20 @@ def test_vla_finite_differences_and_padding():
 
 def test_vla_shapes_and_config():
     cfg = VLAConfig(vocab_size=30)
-    model = VLA(cfg)
+    rng = np.random.default_rng(3)
+    model = randomize(VLA(cfg), rng).eval()
     assert model.layout(16) == {"actions": slice(0, 2), "words": slice(2, 18), "patches": slice(18, 34)}
     ids = np.zeros((2, 16), np.int64)
     ids[:, :3] = [5, 6, 7]
-    logits, _ = model.forward(ids, np.zeros((2, 32, 32, 3), np.float32))
+    ids[1, 3] = 9
+    images = rng.random((2, 32, 32, 3)).astype(np.float32)
+    logits, _ = model.forward(ids, images)
     assert logits.shape == (2, 2, 16) and logits.dtype == np.float32
-    assert model.act(ids, np.zeros((2, 32, 32, 3), np.float32)).shape == (2, 2)
+    logits64, _ = copy.deepcopy(model).astype(np.float64).forward(ids, images.astype(np.float64))
+    assert rel_err(logits, logits64) < 1e-5                             # float32 to its rounding
+    act = model.act(ids, images)
+    assert act.shape == (2, 2)
+    np.testing.assert_array_equal(act, logits.argmax(-1))               # (pick, place): the best cells
     with pytest.raises(ValueError, match="divisible by n_heads"):
         VLAConfig(vocab_size=30, d_model=10)
     with pytest.raises(ValueError, match="head"):
