@@ -54,12 +54,12 @@ def make_sentences(n: int, seed: int = 0) -> list[str]:
 # (file suffix, function) -> part of the work, for the profile summary; "self" = the
 # function's own time (its matrix products), "cum" = with everything it calls
 PARTS = [
-    ("nn/basic.py", "infer", "self", "matrix products: out_proj, FFN (Linear.infer)"),
-    ("nn/attention.py", "infer", "self", "matrix product: q, k, v projection (MultiHeadAttention.infer)"),
-    ("ops/attention.py", "attention_inference", "self", "attention: scores and weighted sums (small products)"),
-    ("ops/softmax.py", "softmax_numerator_", "cum", "attention: softmax (max, exp, sum)"),
+    ("nn/inference.py", "linear_packed", "self", "matrix products: out_proj, FFN (linear_packed)"),
+    ("nn/inference.py", "self_attention_packed", "self", "matrix product: q, k, v projection (self_attention_packed)"),
+    ("ops/inference.py", "attention_inference", "self", "attention: scores and weighted sums (small products)"),
+    ("ops/inference.py", "softmax_numerator_", "cum", "attention: softmax (max, exp, sum)"),
     ("ops/activations.py", "gelu_forward", "cum", "GELU"),
-    ("ops/layernorm.py", "layernorm_inference", "cum", "LayerNorm"),
+    ("ops/inference.py", "layernorm_inference", "cum", "LayerNorm"),
     ("", "encode_batch", "cum", "tokenizer"),
 ]
 

@@ -9,10 +9,9 @@ and exact equality of the decoded tokens.
 """
 import numpy as np
 import pytest
+from decode_models import BOS, EOS, PAD, greedy_gap, make_lm, make_seq2seq, sources
 
 from npformer.decode import KVCache, greedy, make_stepper
-
-from decode_models import BOS, EOS, PAD, greedy_gap, make_lm, make_seq2seq, sources
 
 TOL = {np.float64: 1e-12, np.float32: 1e-6}
 

@@ -12,10 +12,22 @@ from oracles import require
 
 torch = require("torch")
 
-from npformer.nn import (Decoder, DecoderLayer, Embeddings, Encoder, EncoderLayer, FeedForward, LayerNorm,  # noqa: E402
-                         Linear, MultiHeadAttention, add_grads, padding_mask)
-from random_params import randomize  # noqa: E402
 from torch_cases import perturb  # noqa: E402
+
+from npformer.nn import (  # noqa: E402
+    Decoder,
+    DecoderLayer,
+    Embeddings,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    MultiHeadAttention,
+    add_grads,
+    padding_mask,
+)
+from random_params import randomize  # noqa: E402
 
 RTOL = 1e-9
 
@@ -92,14 +104,15 @@ def test_multihead_attention(cross):
     xkv = rng.standard_normal((B, Tk, E)) if cross else None
     keep = np.ones((B, Tk), bool)
     keep[1, -2:] = False
-    out, w, c = mha.forward(xq, xkv, mask=keep[:, None, None, :])
+    out, c = mha.forward(xq, xkv, mask=keep[:, None, None, :])
+    w = MultiHeadAttention.attention_weights(c)
     qt = torch.tensor(xq, requires_grad=True)
     kvt = torch.tensor(xkv, requires_grad=True) if cross else qt
     ot, wt = t(qt, kvt, kvt, key_padding_mask=torch.tensor(~keep), average_attn_weights=False)
     assert rel_err(out, ot.detach()) < RTOL and rel_err(w, wt.detach()) < RTOL
     dy = rng.standard_normal(out.shape)
     (ot * torch.tensor(dy)).sum().backward()
-    dq, dkv, g = mha.backward(dy, c)
+    (dq, dkv), g = mha.backward(dy, c)
     assert rel_err(dq, qt.grad) < RTOL
     if cross:
         assert rel_err(dkv, kvt.grad) < RTOL
@@ -152,7 +165,7 @@ def test_decoder_layer(norm_first):
     assert rel_err(y, yt.detach()) < RTOL
     dy = rng.standard_normal(y.shape)
     (yt * torch.tensor(dy)).sum().backward()
-    dx, dm, g = layer.backward(dy, c)
+    (dx, dm), g = layer.backward(dy, c)
     assert rel_err(dx, xt.grad) < RTOL and rel_err(dm, mt.grad) < RTOL
     check_grads(g, t, layer)
 
@@ -174,7 +187,7 @@ def test_stacks_with_final_norm():
     assert rel_err(y, yt.detach()) < RTOL
     dy = rng.standard_normal(y.shape)
     (yt * torch.tensor(dy)).sum().backward()
-    dt, dmem, gd = dec.backward(dy, cd)
+    (dt, dmem), gd = dec.backward(dy, cd)
     ds, ge = enc.backward(dmem, ce)
     assert rel_err(dt, tt.grad) < RTOL and rel_err(ds, st.grad) < RTOL
     check_grads(ge, t.encoder, enc)
@@ -254,11 +267,11 @@ def test_float32_stays_float32_and_matches_float64():
     keep[1, ..., 3] = False
     dy = rng.standard_normal((2, 3, 8)).astype(np.float32)
     y, c = layer.forward(x, m, memory_mask=keep)
-    dx, dm, g = layer.backward(dy, c)
+    (dx, dm), g = layer.backward(dy, c)
     assert y.dtype == dx.dtype == dm.dtype == np.float32
     assert all(v.dtype == np.float32 for v in g.values())
     y64, c64 = layer64.forward(x.astype(np.float64), m.astype(np.float64), memory_mask=keep)
-    dx64, dm64, g64 = layer64.backward(dy.astype(np.float64), c64)
+    (dx64, dm64), g64 = layer64.backward(dy.astype(np.float64), c64)
     # float32 rounding through a few dozen operations: ~1e-6 relative, normwise
     for got, want, name in [(y, y64, "y"), (dx, dx64, "dx"), (dm, dm64, "dmemory")] + [(g[k], g64[k], k) for k in g]:
         assert rel_err(got, want) < 1e-5, (name, rel_err(got, want))

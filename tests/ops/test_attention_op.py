@@ -11,6 +11,7 @@ from oracles import require
 torch = require("torch")
 
 from _opcheck import TOL_F32, TOL_FD, TOL_TORCH, assert_rel, numeric_grad, to_torch  # noqa: E402
+
 from npformer.ops import attention_backward, attention_forward, causal_mask  # noqa: E402
 
 

@@ -8,12 +8,25 @@ from oracles import require
 
 torch = require("torch")
 import torch.nn.functional as F  # noqa: E402
-
 from _opcheck import TOL_F32, TOL_FD, TOL_TORCH, assert_rel, numeric_grad, to_torch  # noqa: E402
-from npformer.ops import (cross_entropy_backward, cross_entropy_forward, dropout_backward,  # noqa: E402
-                          dropout_forward, embedding_backward, embedding_forward, layernorm_backward,
-                          layernorm_forward, linear_backward, linear_forward, log_softmax, relu_backward,
-                          relu_forward, softmax_backward, softmax_forward)
+
+from npformer.ops import (  # noqa: E402
+    cross_entropy_backward,
+    cross_entropy_forward,
+    dropout_backward,
+    dropout_forward,
+    embedding_backward,
+    embedding_forward,
+    layernorm_backward,
+    layernorm_forward,
+    linear_backward,
+    linear_forward,
+    log_softmax,
+    relu_backward,
+    relu_forward,
+    softmax_backward,
+    softmax_forward,
+)
 
 
 @pytest.fixture

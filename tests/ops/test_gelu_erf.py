@@ -9,6 +9,7 @@ torch = require("torch")
 special = require("scipy.special")
 
 from _opcheck import TOL_FD, TOL_TORCH, assert_rel, numeric_grad, to_torch  # noqa: E402
+
 from npformer.ops import erf, gelu_backward, gelu_forward  # noqa: E402
 from npformer.ops.activations import _BLOCK, _normal_cdf64  # noqa: E402
 

@@ -1,6 +1,5 @@
 """Bad input gives one clear error (exit 2 on the command line); embed and similar end to end."""
 import json
-import shutil
 import sys
 
 import numpy as np

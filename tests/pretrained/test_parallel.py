@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from npformer.pretrained.parallel import default_threads, map_threads
-
 from oracles import require
 
 threadpoolctl = require("threadpoolctl")

@@ -19,11 +19,20 @@ They are not bit-identical: BLAS rounds a one-row product differently from the s
 a (T, E) product (it picks kernels and blockings by shape), and NumPy's pairwise summation in the
 softmax groups a row's terms by the row's length, masked zeros included.
 
+What it mirrors: ``cached_self_attention`` (with ``attend``) is ``MultiHeadAttention.forward``'s
+self-attention in eval mode, its keys and values read from the cache; cross-attention is
+``MultiHeadAttention.forward`` itself, given the cached memory projection as ``kv``. The block is
+not twinned: each layer runs its own ``block`` (nn/sublayer.py) around these sub-layers, the
+LayerNorm and residual of the full forward. Pinned by tests/decode/test_kvcache.py (cached logits
+equal the full forward's, both model kinds, post-LN and pre-LN, float64 and float32).
+
 Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
 D head size, E model width, S source positions, p positions already cached, t new positions,
 V vocabulary.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
@@ -128,16 +137,6 @@ def cached_self_attention(mha, x, cache: KVCache, layer: int, mask):
     return attend(mha, q, k_all, v_all, mask)
 
 
-def residual(x, norm, norm_first: bool, fn):
-    """One residual sub-layer at inference (dropout is the identity): post-LN
-    ``norm(x + fn(x))`` (the paper) or pre-LN ``x + fn(norm(x))``; as ``nn.layers._Residual``."""
-    if norm_first:
-        h, _ = norm.forward(x)
-        return x + fn(h)
-    out, _ = norm.forward(x + fn(x))
-    return out
-
-
 def check_eval(model) -> None:
     if model.training:
         raise ValueError("model is in training mode: call model.eval() before decoding "
@@ -148,9 +147,48 @@ def _valid(ids: np.ndarray, pad_id) -> np.ndarray | None:
     return None if pad_id is None or pad_id < 0 else ids != pad_id        # (B, t)
 
 
-# -- the encoder-decoder ----------------------------------------------------------------------
+# -- one decoding step, for both model kinds -------------------------------------------------
 
-class CachedTransformerDecoder:
+class _CachedDecoder:
+    """A step's frame: embed the new ids at the cached offset, run each layer's block with
+    self-attention over the cache, advance the cache, the stack's final norm, the logits.
+    A model kind gives its stack, embedding and vocabulary, and ``_block`` (the layer's call)."""
+
+    def __init__(self, model, stack, embed, vocab_size: int, batch: int, max_len: int | None, dtype) -> None:
+        cfg = model.config
+        self.model, self.stack, self.embed, self.vocab_size = model, stack, embed, vocab_size
+        max_len = cfg.max_len if max_len is None else min(int(max_len), cfg.max_len)
+        self.cache = KVCache(len(stack.layers), batch, cfg.n_heads, cfg.d_model // cfg.n_heads, max_len, dtype)
+
+    @property
+    def length(self) -> int:
+        return self.cache.length
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        """ids (B, t) new (target) tokens -> logits (B, t, V) for the positions after each."""
+        cache = self.cache
+        ids = check_ids(ids, "ids", self.vocab_size)
+        t = ids.shape[1]
+        x, _ = self.embed.forward(ids, offset=cache.length)                # (B, t, E)
+        mask = cache.self_mask(t, _valid(ids, self.model.config.pad_id))    # (B, 1, t, p + t)
+        for i, layer in enumerate(self.stack.layers):
+            self_attn = partial(cached_self_attention, layer.self_attn, cache=cache, layer=i, mask=mask)
+            x, _ = self._block(i, layer, x, self_attn)                      # (B, t, E)
+        cache.advance(t)
+        if self.stack.norm is not None:
+            x, _ = self.stack.norm.forward(x)
+        return self.model.project_output(x)[0]                             # (B, t, V)
+
+    def _block(self, i: int, layer, x: np.ndarray, self_attn):
+        """Layer ``i``'s block on x (B, t, E), with ``self_attn`` its cached self-attention."""
+        raise NotImplementedError
+
+    def reorder(self, index: np.ndarray) -> None:
+        """Keep rows ``index`` of the batch (beam search)."""
+        self.cache.reorder(index)
+
+
+class CachedTransformerDecoder(_CachedDecoder):
     """Incremental decoding for ``npformer.models.Transformer``.
 
     Encodes ``src_ids`` (B, S) once, projects the memory to every decoder layer's cross-attention
@@ -161,79 +199,29 @@ class CachedTransformerDecoder:
         check_eval(model)
         cfg = model.config
         src_ids = check_ids(src_ids, "src_ids", cfg.src_vocab_size)
-        self.model = model
-        self.embed = model.tgt_embedding
         memory, self.src_mask, _ = model.encode(src_ids)                   # (B, S, E), (B, 1, 1, S)
-        layers = list(model.decoder.layers)
-        self.memory_kv = [layer.multihead_attn.project_kv(memory) for layer in layers]  # (B, H, S, D) x2
-        max_len = cfg.max_len if max_len is None else min(int(max_len), cfg.max_len)
-        self.cache = KVCache(len(layers), src_ids.shape[0], cfg.n_heads, cfg.d_model // cfg.n_heads,
-                             max_len, memory.dtype)
+        self.memory_kv = [layer.multihead_attn.project_kv(memory)          # (B, H, S, D) x2 per layer
+                          for layer in model.decoder.layers]
+        super().__init__(model, model.decoder, model.tgt_embedding, cfg.tgt_vocab_size, src_ids.shape[0],
+                         max_len, memory.dtype)
 
-    @property
-    def length(self) -> int:
-        return self.cache.length
-
-    def step(self, ids: np.ndarray) -> np.ndarray:
-        """ids (B, t) new target tokens -> logits (B, t, V) for the positions after each."""
-        cfg, cache = self.model.config, self.cache
-        ids = check_ids(ids, "ids", cfg.tgt_vocab_size)
-        t = ids.shape[1]
-        x, _ = self.embed.forward(ids, offset=cache.length)                # (B, t, E)
-        self_mask = cache.self_mask(t, _valid(ids, cfg.pad_id))             # (B, 1, t, p + t)
-        for i, layer in enumerate(self.model.decoder.layers):
-            nf = layer.norm_first
-            x = residual(x, layer.norm1, nf,
-                         lambda h: cached_self_attention(layer.self_attn, h, cache, i, self_mask)[0])
-            x = residual(x, layer.norm2, nf,
-                         lambda h: layer.multihead_attn.forward(h, kv=self.memory_kv[i],
-                                                                mask=self.src_mask)[0])
-            x = residual(x, layer.norm3, nf, lambda h: layer.ffn.forward(h)[0])
-        cache.advance(t)
-        if self.model.decoder.norm is not None:
-            x, _ = self.model.decoder.norm.forward(x)
-        return self.model.project_output(x)[0]                             # (B, t, V)
+    def _block(self, i, layer, x, self_attn):
+        cross_attn = partial(layer.multihead_attn.forward, kv=self.memory_kv[i], mask=self.src_mask)
+        return layer.block(x, self_attn, cross_attn, layer.ffn.forward)
 
     def reorder(self, index: np.ndarray) -> None:
-        """Keep rows ``index`` of the batch (beam search)."""
-        self.cache.reorder(index)
+        super().reorder(index)
         self.memory_kv = [(k[index], v[index]) for k, v in self.memory_kv]
         self.src_mask = self.src_mask[index]
 
 
-# -- the decoder-only language model ----------------------------------------------------------
-
-class CachedLM:
+class CachedLM(_CachedDecoder):
     """Incremental decoding for ``npformer.models.DecoderLM`` (causal ``Encoder`` blocks)."""
 
     def __init__(self, model, batch: int, max_len: int | None = None) -> None:
         check_eval(model)
-        cfg = model.config
-        self.model = model
-        max_len = cfg.max_len if max_len is None else min(int(max_len), cfg.max_len)
-        self.cache = KVCache(len(model.blocks.layers), batch, cfg.n_heads, cfg.d_model // cfg.n_heads,
-                             max_len, model.embed.tok.params["weight"].dtype)
+        super().__init__(model, model.blocks, model.embed, model.config.vocab_size, batch, max_len,
+                         model.embed.tok.params["weight"].dtype)
 
-    @property
-    def length(self) -> int:
-        return self.cache.length
-
-    def step(self, ids: np.ndarray) -> np.ndarray:
-        """ids (B, t) new tokens -> logits (B, t, V) for the positions after each."""
-        cfg, cache = self.model.config, self.cache
-        ids = check_ids(ids, "ids", cfg.vocab_size)
-        t = ids.shape[1]
-        x, _ = self.model.embed.forward(ids, offset=cache.length)          # (B, t, E)
-        mask = cache.self_mask(t, _valid(ids, cfg.pad_id))                  # (B, 1, t, p + t)
-        for i, layer in enumerate(self.model.blocks.layers):
-            nf = layer.norm_first
-            x = residual(x, layer.norm1, nf,
-                         lambda h: cached_self_attention(layer.self_attn, h, cache, i, mask)[0])
-            x = residual(x, layer.norm2, nf, lambda h: layer.ffn.forward(h)[0])
-        cache.advance(t)
-        if self.model.blocks.norm is not None:
-            x, _ = self.model.blocks.norm.forward(x)
-        return self.model.project_output(x)[0]                             # (B, t, V)
-
-    def reorder(self, index: np.ndarray) -> None:
-        self.cache.reorder(index)
+    def _block(self, i, layer, x, self_attn):
+        return layer.block(x, self_attn, layer.ffn.forward)

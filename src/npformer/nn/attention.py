@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..ops import attention_backward, attention_forward, attention_inference, linear_backward, linear_forward
+from ..ops import attention_backward, attention_forward, linear_backward, linear_forward
 from .basic import Linear
 from .module import Module
 
@@ -67,7 +67,7 @@ class MultiHeadAttention(Module):
         mask: bool, broadcastable to (B, H, Tq, Tk), True = may attend.
         bias: float, broadcastable to (B, H, Tq, Tk), added to the scores.
         kv: precomputed (k, v) from ``project_kv`` (inference only: no backward through it).
-        Returns (out (B, Tq, E), weights (B, H, Tq, Tk), cache).
+        Returns (out (B, Tq, E), cache); ``attention_weights(cache)`` gives weights (B, H, Tq, Tk).
         """
         e, h = self.d_model, self.n_heads
         w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
@@ -92,14 +92,19 @@ class MultiHeadAttention(Module):
         merged = merge_heads(heads)                                # (B, Tq, E)
         out, out_cache = self.out_proj.forward(merged)             # (B, Tq, E)
         cache = (x_kv is None, proj_cache, att_cache, out_cache)
-        return out, weights, cache
+        return out, cache
+
+    @staticmethod
+    def attention_weights(cache) -> np.ndarray:
+        """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
+        return cache[2][3]
 
     def backward(self, dout, cache):
-        """Returns (dx_q, dx_kv, grads); dx_kv is None for self-attention (it is all in dx_q)."""
+        """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
         is_self, proj_cache, att_cache, out_cache = cache
         if proj_cache is None:
             raise RuntimeError("no backward through precomputed keys/values (inference-only path)")
-        e, h = self.d_model, self.n_heads
+        h = self.n_heads
         dmerged, g_out = self.out_proj.backward(dout, out_cache)   # (B, Tq, E)
         dheads = split_heads(dmerged, h)                           # (B, H, Tq, D)
         dq, dk, dv = attention_backward(dheads, att_cache)         # (B, H, T*, D)
@@ -109,88 +114,10 @@ class MultiHeadAttention(Module):
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)
             grads["in_proj_weight"], grads["in_proj_bias"] = dw, db
-            return dx, None, grads
+            return (dx, None), grads
         cq, ckv = proj_cache
         dx_q, dwq, dbq = linear_backward(dq, cq)
         dx_kv, dwkv, dbkv = linear_backward(np.concatenate([dk, dv], axis=-1), ckv)
         grads["in_proj_weight"] = np.concatenate([dwq, dwkv], axis=0)
         grads["in_proj_bias"] = np.concatenate([dbq, dbkv], axis=0)
-        return dx_q, dx_kv, grads
-
-    # -- inference on packed sequences ------------------------------------------------------
-    def infer(self, x: np.ndarray, offsets=None) -> np.ndarray:
-        """Self-attention for inference: x (N, E) -> (N, E); no cache, no weights, no dropout.
-
-        x packs sequences one after another, sequence i in rows offsets[i]:offsets[i + 1]
-        (offsets (S + 1,) from 0 to N; None: all N rows are one sequence). Each sequence
-        attends to its own rows only, so nothing is padded and nothing is masked.
-        """
-        e, h = self.d_model, self.n_heads
-        d = e // h
-        if x.ndim != 2 or x.shape[1] != e:
-            raise ValueError(f"x must be packed as (N, {e}), got shape {x.shape}")
-        n = x.shape[0]
-        offsets = (0, n) if offsets is None else offsets
-        if offsets[0] != 0 or offsets[-1] != n:
-            raise ValueError(f"offsets must run from 0 to N={n}, got {offsets[0]} to {offsets[-1]}")
-        w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
-        qkv = np.matmul(x, w.T)                                    # (N, 3E): q, k, v side by side
-        qkv += b
-        ctx = np.empty((n, e), dtype=x.dtype)                      # (N, E): the heads, merged
-        for s, t in zip(offsets[:-1], offsets[1:]):
-            if t > s:
-                qkv_heads = qkv[s:t].reshape(t - s, 3, h, d).transpose(1, 2, 0, 3)  # (3, H, L, D) view
-                ctx_heads = ctx[s:t].reshape(t - s, h, d).transpose(1, 0, 2)        # (H, L, D) view
-                attention_inference(qkv_heads[0], qkv_heads[1], qkv_heads[2], out=ctx_heads)
-        return self.out_proj.infer(ctx)                            # (N, E)
-
-    # -- torch-style call -------------------------------------------------------------------
-    def __call__(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
-                 average_attn_weights=True, is_causal=False, *, rng=None):
-        """Called as ``torch.nn.MultiheadAttention(batch_first=True)``, on NumPy arrays.
-
-        query (B, Tq, E) or unbatched (Tq, E); key, value (B, Tk, E) or (Tk, E).
-        Masks in torch's conventions (bool True = NOT allowed, float = added to the scores):
-        attn_mask (Tq, Tk) or (B*H, Tq, Tk); key_padding_mask (B, Tk).
-        Returns (out (B, Tq, E), weights): weights (B, Tq, Tk) averaged over heads,
-        (B, H, Tq, Tk) with ``average_attn_weights=False``, None with ``need_weights=False``.
-        Unlike torch, a query whose keys are all masked gets zeros, not NaN.
-        """
-        from ..interop.conventions import attention_masks, check_input, check_same_batching
-
-        dtype, e = self.dtype, self.d_model
-        q = check_input(query, "query", dtype, e)
-        k = check_input(key, "key", dtype, e)
-        v = check_input(value, "value", dtype, e)
-        check_same_batching(k, "key", q, "query")
-        if k.shape != v.shape:
-            raise ValueError(f"key and value must have the same shape, got {k.shape} and {v.shape}")
-        batched = q.ndim == 3
-        if not batched:
-            q, k, v = q[None], k[None], v[None]                    # (1, T, E)
-        mask, bias = attention_masks(attn_mask, key_padding_mask, batch=q.shape[0], n_heads=self.n_heads,
-                                     t_q=q.shape[1], t_k=k.shape[1], dtype=dtype, batched=batched,
-                                     is_causal=bool(is_causal))
-        if query is key and key is value:                          # self-attention: one projection
-            out, weights, _ = self.forward(q, mask=mask, bias=bias, rng=rng)
-        elif key is value:
-            out, weights, _ = self.forward(q, k, mask=mask, bias=bias, rng=rng)
-        else:                                                      # distinct key and value tensors
-            out, weights = self._attend_qkv(q, k, v, mask, bias, rng)
-        if not batched:
-            out, weights = out[0], weights[0]                      # (Tq, E), (H, Tq, Tk)
-        if not need_weights:
-            return out, None
-        return out, (weights.mean(axis=-3) if average_attn_weights else weights)
-
-    def _attend_qkv(self, x_q, x_k, x_v, mask, bias, rng):
-        """Forward only, for keys and values from different inputs. Returns (out, weights)."""
-        e, h = self.d_model, self.n_heads
-        w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
-        q = split_heads(linear_forward(x_q, w[:e], b[:e])[0], h)                 # (B, H, Tq, D)
-        k = split_heads(linear_forward(x_k, w[e:2 * e], b[e:2 * e])[0], h)       # (B, H, Tk, D)
-        v = split_heads(linear_forward(x_v, w[2 * e:], b[2 * e:])[0], h)         # (B, H, Tk, D)
-        p = self.dropout if self.training else 0.0
-        heads, weights, _ = attention_forward(q, k, v, mask=mask, bias=bias, dropout_p=p, rng=rng)
-        out, _ = self.out_proj.forward(merge_heads(heads))         # (B, Tq, E)
-        return out, weights
+        return (dx_q, dx_kv), grads

@@ -9,9 +9,10 @@ import math
 
 import numpy as np
 
-from ..ops import (dropout_backward, dropout_forward, embedding_backward, embedding_forward,
-                   layernorm_backward, layernorm_forward, layernorm_inference, linear_backward,
-                   linear_forward)
+from ..ops.dropout import dropout_backward, dropout_forward
+from ..ops.embedding import embedding_backward, embedding_forward
+from ..ops.layernorm import layernorm_backward, layernorm_forward
+from ..ops.linear import linear_backward, linear_forward
 from .module import Module
 
 
@@ -37,13 +38,6 @@ class Linear(Module):
             grads["bias"] = db
         return dx, grads
 
-    def infer(self, x, out=None):
-        """Forward for inference, no cache: x (..., I) -> (..., O), written into ``out`` if given."""
-        y = np.matmul(x, self.params["weight"].T, out=out)         # (..., O)
-        if "bias" in self.params:
-            y += self.params["bias"]
-        return y
-
 
 class LayerNorm(Module):
     def __init__(self, d: int, eps: float = 1e-5, dtype=np.float32) -> None:
@@ -58,10 +52,6 @@ class LayerNorm(Module):
     def backward(self, dy, cache):
         dx, dw, db = layernorm_backward(dy, cache)
         return dx, {"weight": dw, "bias": db}
-
-    def infer(self, x, out=None):
-        """Forward for inference, no cache; ``out`` may be ``x`` (in place)."""
-        return layernorm_inference(x, self.params["weight"], self.params["bias"], self.eps, out=out)
 
 
 class Embedding(Module):

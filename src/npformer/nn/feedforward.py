@@ -48,19 +48,3 @@ class FeedForward(Module):
         add_grads(grads, g1, "linear1")
         add_grads(grads, g2, "linear2")
         return dx, grads
-
-    def infer(self, x, rows: int = 512):
-        """Forward for inference, no cache, no dropout: x (..., E) -> (..., E).
-
-        Positions go through in blocks of ``rows``, so that a block's (rows, F) hidden
-        activations stay in the cache from the first product through the activation to the second.
-        """
-        act_f, _ = ACTIVATIONS[self.activation]
-        e = x.shape[-1]
-        x2 = x.reshape(-1, e)                                      # (N, E)
-        out = np.empty(x2.shape[:-1] + (self.linear2.params["weight"].shape[0],), dtype=x.dtype)  # (N, E)
-        for i in range(0, x2.shape[0], rows):
-            h = self.linear1.infer(x2[i:i + rows])                 # (rows, F)
-            a, _ = act_f(h)                                        # (rows, F)
-            self.linear2.infer(a, out=out[i:i + rows])
-        return out.reshape(x.shape[:-1] + out.shape[-1:])

@@ -6,11 +6,9 @@ flat dict of dotted keys (``encoder.layers.0.self_attn.in_proj_weight``) whose
 values are the very arrays the modules use, so an optimizer that updates them in
 place updates the model.
 
-Every module has an op pair:
-    forward(...)  -> (out, cache)      the cache is returned, never stored on self
-    backward(dout, cache) -> (dinputs..., grads)
-where ``grads`` is a flat dict of dotted keys relative to the module. Parents add
-their children's grads under the child's name with ``add_grads``.
+Every module and model has one op pair, ``forward``/``backward``; the calling convention
+is written once, in ``Module.forward`` and ``Module.backward`` below. Parents add their
+children's grads under the child's name with ``add_grads``.
 """
 from __future__ import annotations
 
@@ -19,15 +17,18 @@ from typing import Iterator
 import numpy as np
 
 
-def add_grads(into: dict, grads: dict, prefix: str) -> dict:
+def add_grads(into: dict, grads: dict, prefix: str, in_place: bool = False) -> dict:
     """Add ``grads`` into ``into`` under ``prefix.``; keys that meet are summed
-    (tied weights, a module used twice)."""
+    (tied weights, a module used twice). ``in_place``: add into the array already there
+    instead of making a new one; only for arrays the caller's own backward pass made."""
     for k, g in grads.items():
         key = f"{prefix}.{k}" if prefix else k
-        if key in into:
-            into[key] = into[key] + g
-        else:
+        if key not in into:
             into[key] = g
+        elif in_place:
+            into[key] += g
+        else:
+            into[key] = into[key] + g
     return into
 
 
@@ -36,6 +37,32 @@ class Module:
         self.params: dict[str, np.ndarray] = {}
         self._children: dict[str, Module] = {}
         self.training: bool = True
+
+    # -- the op pair: one calling convention for every module and model ----------------------
+    def forward(self, *inputs, **options):
+        """``forward(*inputs, ...) -> (out, cache)``.
+
+        The cache holds what ``backward`` needs and is returned, never stored on ``self``, so one
+        module can run twice (tied embeddings, one layer for self- and cross-attention).
+        Options such as masks, ``rng`` (dropout) or ``causal`` are keyword arguments.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no forward")
+
+    def backward(self, dout, cache):
+        """``backward(dout, cache) -> (dinputs, grads)``.
+
+        grads: a flat dict of the parameters' gradients, keyed as ``state_dict()`` relative to
+        this module (``self_attn.in_proj_weight``), each the shape of its parameter.
+        dinputs: the gradient of forward's array input, or
+          - a tuple in argument order when forward takes two arrays: MultiHeadAttention
+            (dx_q, dx_kv), dx_kv None for self-attention; DecoderLayer and Decoder (dx, dmemory);
+          - None for integer ids, which have no gradient (Embedding, Embeddings);
+          - a dict by name for compositions whose useful gradients sit at named points:
+            TransformerStack {"src", "tgt", "memory"}; the models {"embeddings"},
+            {"src_embeddings", "tgt_embeddings", "memory"} or {"images"}.
+        Values leave through the return value, never through closures or lists.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no backward")
 
     # -- tree -----------------------------------------------------------------
     def add_module(self, name: str, module: "Module") -> "Module":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .module import Module, add_grads
-from .stacks import Decoder, Encoder, _width_heads
+from .stacks import Decoder, Encoder
 
 
 class TransformerStack(Module):
@@ -41,12 +41,17 @@ class TransformerStack(Module):
         stack.add_module("decoder", decoder)
         return stack
 
-    @staticmethod
-    def generate_square_subsequent_mask(size: int, dtype=np.float32) -> np.ndarray:
-        """torch's float causal mask (size, size): 0 where j <= i, -inf above the diagonal."""
-        return np.where(np.tri(size, dtype=bool), 0.0, -np.inf).astype(dtype)  # (T, T)
-
     # -- op pair (npformer's conventions: bool masks True = may attend) ------------------------
+    # The one encoder-to-decoder composition: models.Transformer runs encode/decode/backward too.
+    def encode(self, src, mask=None, bias=None, rng=None):
+        """src (B, S, E) -> (memory (B, S, E), cache). mask/bias: encoder self-attention."""
+        return self.encoder.forward(src, mask=mask, bias=bias, rng=rng)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_bias=None, memory_bias=None,
+               causal: bool = True, rng=None):
+        """tgt (B, T, E), memory (B, S, E) -> (out (B, T, E), cache)."""
+        return self.decoder.forward(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)
+
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_bias=None,
                 tgt_bias=None, memory_bias=None, causal: bool = True, rng=None):
         """src (B, S, E), tgt (B, T, E) -> (out (B, T, E), cache).
@@ -55,48 +60,22 @@ class TransformerStack(Module):
         cross-attention (usually the same source padding); tgt_mask: decoder self-attention.
         ``causal`` makes the decoder's self-attention causal (npformer's default, unlike torch).
         """
-        memory, c_enc = self.encoder.forward(src, mask=src_mask, bias=src_bias, rng=rng)   # (B, S, E)
-        out, c_dec = self.decoder.forward(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias,
-                                          causal, rng)                                     # (B, T, E)
+        memory, c_enc = self.encode(src, src_mask, src_bias, rng)                          # (B, S, E)
+        out, c_dec = self.decode(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)  # (B, T, E)
         return out, (c_enc, c_dec)
 
     def backward(self, dout, cache):
-        """Returns (dsrc, dtgt, grads); the memory's gradient flows from every cross-attention
-        back into the encoder."""
+        """Returns ({"src", "tgt", "memory"}, grads): the gradients of the two inputs and of the
+        encoder's output, which sums what every cross-attention sends back into the encoder."""
         c_enc, c_dec = cache
         grads: dict = {}
-        dtgt, dmemory, g = self.decoder.backward(dout, c_dec)
+        (dtgt, dmemory), g = self.decoder.backward(dout, c_dec)                            # (B, T, E), (B, S, E)
         add_grads(grads, g, "decoder")
-        dsrc, g = self.encoder.backward(dmemory, c_enc)
+        dsrc, g = self.encoder.backward(dmemory, c_enc)                                     # (B, S, E)
         add_grads(grads, g, "encoder")
-        return dsrc, dtgt, grads
+        return {"src": dsrc, "tgt": dtgt, "memory": dmemory}, grads
 
     def attention_weights(self, cache) -> dict:
         """{'encoder': [{'self'} per layer], 'decoder': [{'self', 'cross'} per layer]}."""
         c_enc, c_dec = cache
         return {"encoder": Encoder.attention_weights(c_enc), "decoder": Decoder.attention_weights(c_dec)}
-
-    # -- torch-style call -----------------------------------------------------------------------
-    def __call__(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
-                 tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None,
-                 tgt_is_causal=None, memory_is_causal=False, *, rng=None):
-        """Called as ``torch.nn.Transformer(batch_first=True)``, on NumPy arrays.
-
-        src (B, S, E), tgt (B, T, E), or both unbatched (S, E), (T, E) -> (B, T, E) or (T, E).
-        Masks in torch's conventions (bool True = NOT allowed, float = added): src_mask (S, S),
-        tgt_mask (T, T), memory_mask (T, S), each also (B*H, ., .); key padding masks (B, S),
-        (B, T) and (B, S). As in torch, the target is causal only when asked: pass
-        ``tgt_mask=TransformerStack.generate_square_subsequent_mask(T)`` or ``tgt_is_causal=True``.
-        """
-        from ..interop.conventions import check_input, check_same_batching
-
-        e, _ = _width_heads(self.decoder)
-        x_src = check_input(src, "src", self.dtype, e)
-        x_tgt = check_input(tgt, "tgt", self.dtype, e)
-        check_same_batching(x_src, "src", x_tgt, "tgt")
-        memory = self.encoder(x_src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
-                              is_causal=src_is_causal, rng=rng)                            # (B, S, E)
-        return self.decoder(x_tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
-                            tgt_key_padding_mask=tgt_key_padding_mask,
-                            memory_key_padding_mask=memory_key_padding_mask,
-                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal, rng=rng)

@@ -1,13 +1,15 @@
-"""Core ops: each a forward/backward pair with an explicit cache (see STYLE.md)."""
+"""Core ops: each a forward/backward pair with an explicit cache (see STYLE.md), and in
+``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
-from .attention import attention_backward, attention_forward, attention_inference, causal_mask
+from .attention import attention_backward, attention_forward, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
-from .layernorm import layernorm_backward, layernorm_forward, layernorm_inference
+from .inference import attention_inference, layernorm_inference, softmax_numerator_
+from .layernorm import layernorm_backward, layernorm_forward
 from .linear import linear_backward, linear_forward
 from .losses import cross_entropy_backward, cross_entropy_forward
 from .positional import sinusoidal_positions, sinusoidal_positions_2d
-from .softmax import log_softmax, softmax_backward, softmax_forward, softmax_numerator_
+from .softmax import log_softmax, softmax_backward, softmax_forward
 
 __all__ = [
     "attention_backward", "attention_forward", "attention_inference", "causal_mask",

@@ -49,4 +49,5 @@ def broadcast_shape(shape_a, shape_b, name_a: str, name_b: str) -> tuple:
     try:
         return np.broadcast_shapes(tuple(shape_a), tuple(shape_b))
     except ValueError:
-        raise ValueError(f"{name_a} of shape {tuple(shape_a)} does not broadcast to {name_b} {tuple(shape_b)}") from None
+        raise ValueError(f"{name_a} of shape {tuple(shape_a)} does not broadcast to "
+                         f"{name_b} {tuple(shape_b)}") from None

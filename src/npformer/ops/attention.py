@@ -4,19 +4,14 @@ Dimension legend:
     ...  any leading batch / head dimensions
     Tq   query positions,  Tk  key positions
     D    query/key size,   Dv  value size
+
+The reference op; its forward-only fast twin for inference is ``ops/inference.py attention_inference``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax_backward, softmax_forward, softmax_numerator_
-
-# Inference attention takes queries in blocks of about this many (query, key, feature) products
-# per head: a block's scores (rows x Tk per head) then stay in the L2 cache through max, exp and
-# sum, and each block's matrix products stay at or below OpenBLAS's m*n*k threading threshold
-# (65536 * 4), so they run on the calling thread: products this small lose more to waking and
-# syncing BLAS threads (badly so on a busy machine) than threads win.
-INFERENCE_BLOCK = 1 << 18
+from .softmax import softmax_backward, softmax_forward
 
 
 def causal_mask(t_q: int, t_k: int, offset: int = 0) -> np.ndarray:
@@ -87,31 +82,3 @@ def attention_backward(dout: np.ndarray, cache):
     dq = np.matmul(ds, k)                                        # (..., Tq, D)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
     return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)
-
-
-def attention_inference(q, k, v, scale: float | None = None, out: np.ndarray | None = None,
-                        block: int = INFERENCE_BLOCK) -> np.ndarray:
-    """softmax(q k^T * scale) v, forward only: no mask, no weights returned, no cache.
-
-    q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv); views with any
-    strides are fine (``out`` too, e.g. the heads' columns of a (T, E) buffer).
-    Queries go in blocks of ``block // (Tk * max(D, Dv))`` rows (see INFERENCE_BLOCK) and each
-    block's scores are exponentiated in place; the block's output is divided by the softmax
-    sums instead of the scores. Every key is attended: pass each sequence's own keys only.
-    """
-    d, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
-    scale = (1.0 / np.sqrt(d)) if scale is None else scale
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if out is None:
-        out = np.empty(lead + (t_q, v.shape[-1]), dtype=q.dtype)        # (..., Tq, Dv)
-    qs = np.multiply(q, q.dtype.type(scale))                          # (..., Tq, D) scaled once, contiguous
-    k_t = np.swapaxes(k, -1, -2)                                      # (..., D, Tk) view
-    rows = max(1, block // (t_k * max(d, v.shape[-1])))
-    for i in range(0, t_q, rows):
-        j = min(i + rows, t_q)
-        scores = np.matmul(qs[..., i:j, :], k_t)                     # (..., rows, Tk)
-        sums = softmax_numerator_(scores)                             # (..., rows, 1)
-        o = out[..., i:j, :]                                          # (..., rows, Dv) view
-        np.matmul(scores, v, out=o)
-        o /= sums
-    return out

@@ -3,6 +3,7 @@
     y = (x - mean) / sqrt(var + eps) * weight + bias,   var biased (divide by C).
 
 Dimension legend: ``...`` leading dims, ``C`` normalised features.
+The reference op; its forward-only fast twin for inference is ``ops/inference.py layernorm_inference``.
 """
 from __future__ import annotations
 
@@ -38,38 +39,3 @@ def layernorm_backward(dy: np.ndarray, cache):
     dx -= xhat * m2
     dx *= rstd
     return dx, dweight, dbias
-
-
-# rows per block of the inference LayerNorm: a block (256 rows of 384 float32 = 384 KiB)
-# stays in the L2 cache through its five passes
-_ROWS_PER_BLOCK = 1 << 16
-
-
-def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5,
-                        out: np.ndarray | None = None) -> np.ndarray:
-    """LayerNorm forward only, no cache: x (..., C) -> (..., C). ``out`` may be ``x`` (in place).
-
-    Same formula as ``layernorm_forward``, done in blocks of rows that stay in the cache.
-    """
-    c = x.shape[-1]
-    x2 = x.reshape(-1, c)                                          # (N, C)
-    out = np.empty_like(x) if out is None else out
-    y2 = out.reshape(-1, c)                                        # (N, C), shares out's memory
-    if not np.shares_memory(y2, out):
-        raise ValueError("out must be reshapeable to (N, C) without a copy")
-    inv_c, eps = x.dtype.type(1.0 / c), x.dtype.type(eps)
-    step = max(1, _ROWS_PER_BLOCK // c)
-    for i in range(0, x2.shape[0], step):
-        xb, yb = x2[i:i + step], y2[i:i + step]                    # (n, C)
-        mean = np.add.reduce(xb, axis=1, keepdims=True)            # (n, 1)
-        mean *= inv_c
-        np.subtract(xb, mean, out=yb)                              # (n, C) centred
-        var = np.einsum("ij,ij->i", yb, yb)[:, None]               # (n, 1) sum of squares
-        var *= inv_c
-        var += eps
-        rstd = np.sqrt(var, out=var)
-        np.divide(1.0, rstd, out=rstd)                             # (n, 1)
-        yb *= rstd
-        yb *= weight
-        yb += bias
-    return out

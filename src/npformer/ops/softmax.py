@@ -1,6 +1,7 @@
 """Softmax over the last axis, and its backward.
 
 Shapes: any leading dimensions ``...``, softmax over the last one.
+Inference attention uses the in-place numerator ``ops/inference.py softmax_numerator_`` instead.
 """
 from __future__ import annotations
 
@@ -25,19 +26,6 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None):
     np.divide(1.0, s, out=r, where=s > 0)
     y *= r
     return y, y
-
-
-def softmax_numerator_(x: np.ndarray) -> np.ndarray:
-    """In place, x <- exp(x - max(x)) over the last axis; returns the row sums (..., 1).
-
-    softmax(x) is x / sums afterwards. Attention at inference divides its output instead,
-    softmax(s) @ v = (exp(s - m) @ v) / sum(exp(s - m)): Dv divisions per row, not N.
-    Every row needs a finite entry (no masking here).
-    """
-    m = np.maximum.reduce(x, axis=-1, keepdims=True)        # (..., 1)
-    np.subtract(x, m, out=x)                                # (..., N)
-    np.exp(x, out=x)
-    return np.add.reduce(x, axis=-1, keepdims=True)         # (..., 1)
 
 
 def softmax_backward(dy: np.ndarray, cache) -> np.ndarray:

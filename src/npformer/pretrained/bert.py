@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..nn import Embedding, Encoder, LayerNorm, Module
+from ..nn.inference import encoder_packed, layernorm_packed
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
@@ -99,19 +100,22 @@ class BertEmbeddings(Module):
 
     def infer(self, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Packed sequences: ids (N,) int, positions (N,) int (each sequence from 0) -> (N, E).
-        Every token is in segment A (token type 0), as for a single sentence."""
+        Every token is in segment A (token type 0), as for a single sentence.
+
+        The packed twin of ``forward`` (as nn/inference.py for the encoder); pinned end to end by
+        tests/pretrained/test_parity.py."""
         x = self.word_embeddings.params["weight"][ids]                     # (N, E)
         x += self.position_embeddings.params["weight"][positions]          # (N, E)
         x += self.token_type_embeddings.params["weight"][0]                # (E,)
-        return self.LayerNorm.infer(x, out=x)
+        return layernorm_packed(self.LayerNorm, x, out=x)                  # (N, E), in place
 
 
 class BertModel(Module):
     """BERT's encoder: ``embeddings`` then ``encoder`` (an ``npformer.nn.Encoder``, post-LN, GELU).
 
-    ``forward(ids, attention_mask)`` gives the last hidden states, transformers'
-    ``BertModel(...).last_hidden_state``. The [CLS] pooler is not built (sentence
-    encoders do not use it). Inference only: no backward.
+    ``forward(ids, attention_mask)[0]`` is the last hidden states, transformers'
+    ``BertModel(...).last_hidden_state``; ``infer`` is its fast twin on packed sequences.
+    The [CLS] pooler is not built (sentence encoders do not use it). Inference only: no backward.
     """
 
     def __init__(self, cfg: BertConfig, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
@@ -126,10 +130,12 @@ class BertModel(Module):
         self.eval()
 
     def forward(self, ids: np.ndarray, attention_mask: np.ndarray | None = None,
-                token_type_ids: np.ndarray | None = None) -> np.ndarray:
-        """ids (B, T) int, attention_mask (B, T) (1/True = real token) -> hidden states (B, T, E).
+                token_type_ids: np.ndarray | None = None):
+        """ids (B, T) int, attention_mask (B, T) (1/True = real token) -> (hidden states (B, T, E), cache).
 
-        Padded positions still get hidden states (as in transformers); pool over real ones only.
+        cache is (embeddings cache, encoder cache), e.g. for ``Encoder.attention_weights(cache[1])``;
+        there is no backward. Padded positions still get hidden states (as in transformers); pool
+        over real ones only.
         """
         ids = np.asarray(ids)
         if ids.ndim != 2:
@@ -143,9 +149,9 @@ class BertModel(Module):
             if keep.shape != ids.shape:
                 raise ValueError(f"attention_mask must have the shape of ids {ids.shape}, got {keep.shape}")
             mask = None if keep.all() else keep[:, None, None, :]          # (B, 1, 1, T)
-        x, _ = self.embeddings.forward(ids, token_type_ids)                # (B, T, E)
-        h, _ = self.encoder.forward(x, mask=mask)                          # (B, T, E)
-        return h
+        x, c_emb = self.embeddings.forward(ids, token_type_ids)            # (B, T, E)
+        h, c_enc = self.encoder.forward(x, mask=mask)                      # (B, T, E)
+        return h, (c_emb, c_enc)
 
     def infer(self, seqs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """Fast path for inference on a list of id sequences, packed without padding.
@@ -162,7 +168,8 @@ class BertModel(Module):
         ids = np.concatenate(seqs)                                         # (N,)
         positions = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)  # (N,) 0.. within each
         x = self.embeddings.infer(ids, positions)                          # (N, E)
-        return self.encoder.infer(x, offsets), offsets
+        h, _ = encoder_packed(self.encoder, x, offsets)                    # (N, E)
+        return h, offsets
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -223,12 +223,12 @@ class SentenceEncoder:
     def token_embeddings(self, sentences, batch_size: int = 64, threads: int | None = None) -> list[np.ndarray]:
         """Per-token last hidden states, one (T_i, E) array per text ([CLS] and [SEP] included)."""
         def split(h, offsets):
-            return [h[s:t].copy() for s, t in zip(offsets[:-1], offsets[1:])]   # (T_i, E) each
+            return [h[s:t].copy() for s, t in itertools.pairwise(offsets)]     # (T_i, E) each
 
         n, results = self._run(sentences, batch_size, threads, split)
         out: list = [None] * n
         for idx, states in results:
-            for i, st in zip(idx, states):
+            for i, st in zip(idx, states, strict=True):
                 out[i] = st
         return out
 

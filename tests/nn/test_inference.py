@@ -1,13 +1,21 @@
-"""The inference fast path (``infer`` methods and ``*_inference`` ops) against the training
-path it must equal: float64, random weights (LayerNorm and biases too, so that a norm or a bias
-the fast path drops shows), to 1e-12. No torch needed: the training path itself is checked
-against torch in tests/ops and tests/nn."""
+"""The inference fast twins (ops/inference.py, nn/inference.py) against the reference path they
+mirror: float64, random weights (LayerNorm and biases too, so that a norm or a bias the fast path
+drops shows), to 1e-12. No torch needed: the reference path itself is checked against torch in
+tests/ops and tests/nn."""
 import numpy as np
 import pytest
 
-from npformer.nn import Encoder, FeedForward, LayerNorm, MultiHeadAttention, padding_mask
-from npformer.ops import (attention_forward, attention_inference, layernorm_forward, layernorm_inference,
-                          softmax_forward, softmax_numerator_)
+import npformer.ops
+from npformer.nn import Encoder, FeedForward, LayerNorm, Linear, MultiHeadAttention, padding_mask
+from npformer.nn.inference import (
+    encoder_packed,
+    feedforward_packed,
+    layernorm_packed,
+    linear_packed,
+    self_attention_packed,
+)
+from npformer.ops import attention_forward, layernorm_forward, softmax_forward
+from npformer.ops.inference import attention_inference, layernorm_inference, softmax_numerator_
 from random_params import randomize
 
 TOL = 1e-12
@@ -58,7 +66,7 @@ def test_softmax_numerator_in_place(rng):
 
 @pytest.mark.parametrize("in_place", [False, True])
 def test_layernorm_inference_equals_forward(rng, in_place):
-    x = rng.normal(size=(3, 200, 16)) * 5 + 2                         # (B, T, C): several row blocks of 4096
+    x = rng.normal(size=(3, 2000, 16)) * 5 + 2                        # (B, T, C): 6000 rows, in blocks of 4096
     w, b = rng.normal(size=16), rng.normal(size=16)
     ref, _ = layernorm_forward(x.copy(), w, b, eps=1e-12)
     buf = x.copy()
@@ -67,30 +75,47 @@ def test_layernorm_inference_equals_forward(rng, in_place):
     assert in_place or np.array_equal(buf, x), "the input is left alone unless out is it"
 
 
-def test_feedforward_infer_in_row_blocks(rng):
+def test_ops_reexport_the_fast_kernels():
+    for name in ("attention_inference", "layernorm_inference", "softmax_numerator_"):
+        assert getattr(npformer.ops, name) is getattr(npformer.ops.inference, name)
+
+
+def test_feedforward_packed_in_row_blocks(rng):
     ffn = randomize(FeedForward(12, 40, activation="gelu", rng=rng).astype(np.float64).eval(), rng)
     x = rng.normal(size=(2, 13, 12))                                  # (B, T, E)
     ref, _ = ffn.forward(x)
-    assert max_rel(ffn.infer(x, rows=5), ref) < TOL                   # 26 rows in blocks of 5
+    out, cache = feedforward_packed(ffn, x, rows=5)                   # 26 rows in blocks of 5
+    assert cache is None and max_rel(out, ref) < TOL
 
 
-def test_mha_infer_packed_equals_padded_forward(rng):
+def test_self_attention_packed_equals_padded_forward(rng):
     """Packed sequences without padding == the padded batch with a key padding mask."""
     mha = randomize(MultiHeadAttention(12, 3, rng=rng).astype(np.float64).eval(), rng)
     lengths = [5, 1, 9]
     x = rng.normal(size=(3, 9, 12))                                   # (B, T, E), padded to 9
     ids = np.array([[1] * n + [0] * (9 - n) for n in lengths])        # (B, T), 0 = padding
-    ref, _, _ = mha.forward(x, mask=padding_mask(ids, 0))
+    ref, _ = mha.forward(x, mask=padding_mask(ids, 0))
     packed = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])  # (N, E)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    out = mha.infer(packed, offsets)
+    out, cache = self_attention_packed(mha, packed, offsets)
+    assert cache is None
     for i, n in enumerate(lengths):
         assert max_rel(out[offsets[i]:offsets[i + 1]], ref[i, :n]) < TOL
-    assert max_rel(mha.infer(x[2]), mha.forward(x[2:3])[0][0]) < TOL  # no offsets: one sequence
+    one, _ = self_attention_packed(mha, x[2])                         # no offsets: one sequence
+    assert max_rel(one, mha.forward(x[2:3])[0][0]) < TOL
+
+
+def test_self_attention_packed_checks_its_input(rng):
+    mha = MultiHeadAttention(12, 3, rng=rng).eval()
+    x = np.zeros((6, 12), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"packed as \(N, 12\)"):
+        self_attention_packed(mha, x[None])
+    with pytest.raises(ValueError, match="offsets must run from 0 to N=6"):
+        self_attention_packed(mha, x, offsets=[0, 2, 5])
 
 
 @pytest.mark.parametrize("norm_first,activation", [(False, "gelu"), (True, "relu")])
-def test_encoder_infer_packed_equals_padded_forward(rng, norm_first, activation):
+def test_encoder_packed_equals_padded_forward(rng, norm_first, activation):
     enc = Encoder(2, 16, 4, 24, dropout=0.1, activation=activation, norm_first=norm_first,
                   final_norm=norm_first, eps=1e-12, rng=rng).astype(np.float64).eval()
     randomize(enc, rng)
@@ -101,13 +126,22 @@ def test_encoder_infer_packed_equals_padded_forward(rng, norm_first, activation)
     packed = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])  # (N, E)
     before = packed.copy()
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    out = enc.infer(packed, offsets)
-    assert np.array_equal(packed, before), "infer must not write into its input"
+    out, _ = encoder_packed(enc, packed, offsets)
+    assert np.array_equal(packed, before), "the packed path must not write into its input"
     for i, n in enumerate(lengths):
         assert max_rel(out[offsets[i]:offsets[i + 1]], ref[i, :n]) < TOL
 
 
-def test_layernorm_module_infer(rng):
+def test_layernorm_packed(rng):
     ln = randomize(LayerNorm(8, eps=1e-6).astype(np.float64), rng)
     x = rng.normal(size=(5, 8))
-    assert max_rel(ln.infer(x), ln.forward(x)[0]) < TOL
+    assert max_rel(layernorm_packed(ln, x), ln.forward(x)[0]) < TOL
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_packed_into_out(rng, bias):
+    lin = randomize(Linear(6, 4, bias=bias, rng=rng).astype(np.float64), rng)
+    x = rng.normal(size=(3, 5, 6))                                    # (B, T, I)
+    buf = np.full((3, 5, 4), np.nan)                                  # (B, T, O)
+    out = linear_packed(lin, x, out=buf)
+    assert out is buf and max_rel(out, lin.forward(x)[0]) < TOL

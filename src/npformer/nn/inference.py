@@ -1,0 +1,118 @@
+"""Inference on packed sequences: the fast twin of the teaching modules' forwards, as functions
+over their parameters (the modules themselves stay as the paper writes them).
+
+    linear_packed          mirrors  Linear.forward
+    layernorm_packed       mirrors  LayerNorm.forward              (kernel: ops/inference.py)
+    self_attention_packed  mirrors  MultiHeadAttention.forward     (self-attention, eval, key-padding mask)
+    feedforward_packed     mirrors  FeedForward.forward            (eval: no dropout)
+    encoder_layer_packed   is       EncoderLayer.block(..., fast=True) with the two F's above
+    encoder_packed         mirrors  Encoder.forward                (eval, key-padding mask)
+
+The block itself (norm, residual; post-LN or pre-LN) is not twinned: ``encoder_layer_packed``
+calls the layer's own ``block`` (nn/sublayer.py), with ``fast=True`` for the in-place LayerNorm.
+
+Packed: S sequences stand one after another in the rows of one (N, E) array, sequence i in rows
+offsets[i]:offsets[i + 1] (offsets (S + 1,) from 0 to N; None: all N rows are one sequence).
+Each sequence attends to its own rows only, so nothing is padded and nothing is masked, and the
+result equals the padded batch's forward with a key padding mask, to float rounding.
+Pinned by tests/nn/test_inference.py (float64, random weights, 1e-12) and end to end by
+tests/pretrained/test_parity.py (all-MiniLM-L6-v2 against transformers' BertModel).
+
+The functions that stand in for a module's forward return (out, None): the (out, cache)
+convention with no cache, so the sub-layer F's plug into ``EncoderLayer.block`` as the forwards
+do. ``linear_packed`` and ``layernorm_packed`` are kernels like ops/inference.py: they return the
+array, written into ``out`` if given. None of them writes into its input x.
+
+Dimension legend: N packed rows, S sequences, E model width, F inner width (d_ff),
+H heads, D = E / H head size, L one sequence's length.
+"""
+from __future__ import annotations
+
+from functools import partial
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..ops.inference import attention_inference, layernorm_inference
+from .feedforward import ACTIVATIONS
+
+if TYPE_CHECKING:
+    from .attention import MultiHeadAttention
+    from .basic import LayerNorm, Linear
+    from .feedforward import FeedForward
+    from .layers import EncoderLayer
+    from .stacks import Encoder
+
+
+def linear_packed(linear: Linear, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x W^T + b, no cache: x (..., I) -> (..., O), written into ``out`` if given."""
+    y = np.matmul(x, linear.params["weight"].T, out=out)         # (..., O)
+    if "bias" in linear.params:
+        y += linear.params["bias"]
+    return y
+
+
+def layernorm_packed(norm: LayerNorm, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """LayerNorm, no cache: x (..., E) -> (..., E); ``out`` may be ``x`` (in place)."""
+    return layernorm_inference(x, norm.params["weight"], norm.params["bias"], norm.eps, out=out)
+
+
+def _check_packed(x: np.ndarray, e: int, offsets):
+    """The offsets of x (N, E), checked; (0, N) when None."""
+    if x.ndim != 2 or x.shape[1] != e:
+        raise ValueError(f"x must be packed as (N, {e}), got shape {x.shape}")
+    n = x.shape[0]
+    offsets = (0, n) if offsets is None else offsets
+    if offsets[0] != 0 or offsets[-1] != n:
+        raise ValueError(f"offsets must run from 0 to N={n}, got {offsets[0]} to {offsets[-1]}")
+    return offsets
+
+
+def self_attention_packed(mha: MultiHeadAttention, x: np.ndarray, offsets=None):
+    """Self-attention of packed sequences: x (N, E) -> (out (N, E), None); no weights, no dropout."""
+    e, h = mha.d_model, mha.n_heads
+    d = e // h
+    offsets = _check_packed(x, e, offsets)
+    w, b = mha.params["in_proj_weight"], mha.params["in_proj_bias"]
+    qkv = np.matmul(x, w.T)                                        # (N, 3E): q, k, v side by side
+    qkv += b
+    ctx = np.empty((x.shape[0], e), dtype=x.dtype)                 # (N, E): the heads, merged
+    for s, t in pairwise(offsets):                                 # sequence rows s:t
+        if t > s:
+            qkv_heads = qkv[s:t].reshape(t - s, 3, h, d).transpose(1, 2, 0, 3)  # (3, H, L, D) view
+            ctx_heads = ctx[s:t].reshape(t - s, h, d).transpose(1, 0, 2)        # (H, L, D) view
+            attention_inference(qkv_heads[0], qkv_heads[1], qkv_heads[2], out=ctx_heads)
+    return linear_packed(mha.out_proj, ctx), None                  # (N, E)
+
+
+def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512):
+    """act(x W1^T + b1) W2^T + b2, no dropout: x (..., E) -> (out (..., E), None).
+
+    Positions go through in blocks of ``rows``, so that a block's (rows, F) hidden
+    activations stay in the cache from the first product through the activation to the second.
+    """
+    act_f, _ = ACTIVATIONS[ffn.activation]
+    e = x.shape[-1]
+    x2 = x.reshape(-1, e)                                          # (N, E)
+    out = np.empty(x2.shape[:-1] + (ffn.linear2.params["weight"].shape[0],), dtype=x.dtype)  # (N, E)
+    for i in range(0, x2.shape[0], rows):
+        h = linear_packed(ffn.linear1, x2[i:i + rows])             # (rows, F)
+        a, _ = act_f(h)                                            # (rows, F)
+        linear_packed(ffn.linear2, a, out=out[i:i + rows])
+    return out.reshape(x.shape[:-1] + out.shape[-1:]), None        # (..., E)
+
+
+def encoder_layer_packed(layer: EncoderLayer, x: np.ndarray, offsets=None):
+    """One encoder layer on packed sequences: x (N, E) -> (y (N, E), None). The layer's own block,
+    on the fast path, around the packed self-attention and feed-forward."""
+    y, _ = layer.block(x, partial(self_attention_packed, layer.self_attn, offsets=offsets),
+                       partial(feedforward_packed, layer.ffn), fast=True)
+    return y, None
+
+
+def encoder_packed(encoder: Encoder, x: np.ndarray, offsets=None):
+    """The encoder stack on packed sequences: x (N, E) -> (y (N, E), None); then the final norm, if any."""
+    for layer in encoder.layers:
+        x, _ = encoder_layer_packed(layer, x, offsets)             # (N, E)
+    return (x if encoder.norm is None else layernorm_packed(encoder.norm, x)), None

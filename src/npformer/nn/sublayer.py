@@ -1,0 +1,69 @@
+"""The residual sub-layer around attention and the feed-forward network (paper 3.1, 5.4), written once:
+
+    post-LN (the paper, ``norm_first=False``):  out = LayerNorm(x + Dropout(F(x)))
+    pre-LN  (``norm_first=True``):              out = x + Dropout(F(LayerNorm(x)))
+
+Every path runs its block through ``sublayer_forward``: training (``EncoderLayer``/``DecoderLayer``),
+packed inference (``fast=True``) and KV-cache decoding. Only F differs between them.
+Dimension legend: ``...`` leading dims, E model width.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..ops import layernorm_inference
+from .module import add_grads
+
+
+class SublayerCache(NamedTuple):
+    norm: object        # LayerNorm's cache (None on the fast path)
+    fn: object          # F's own cache (attention keeps its weights here)
+    drop: object        # the dropout mask, or None
+
+
+def _norm(norm, v, fast: bool, in_place: bool):
+    if fast:
+        p = norm.params
+        return layernorm_inference(v, p["weight"], p["bias"], norm.eps, out=v if in_place else None), None
+    return norm.forward(v)
+
+
+def sublayer_forward(x, fn, norm, dropout, norm_first: bool, rng=None, fast: bool = False):
+    """x (..., E) -> (out (..., E), SublayerCache).
+
+    fn(h) -> (y, cache): the sub-layer F on what it reads; y must be a fresh array (the residual
+    is added into it in place). fast: inference on the fast path, no dropout, LayerNorm in place
+    on the fresh residual sum, no norm cache."""
+    if norm_first:
+        h, cn = _norm(norm, x, fast, in_place=False)               # (..., E); x stays for the residual
+        y, cf = fn(h)                                              # (..., E)
+        y, cd = (y, None) if fast else dropout.forward(y, rng)
+        y += x                                                     # x + Dropout(F(LN(x)))
+        return y, SublayerCache(cn, cf, cd)
+    y, cf = fn(x)                                                  # (..., E)
+    y, cd = (y, None) if fast else dropout.forward(y, rng)
+    y += x                                                         # x + Dropout(F(x)), a fresh array
+    out, cn = _norm(norm, y, fast, in_place=True)                  # LN(x + Dropout(F(x)))
+    return out, SublayerCache(cn, cf, cd)
+
+
+def sublayer_backward(dout, cache: SublayerCache, fn_backward, norm, dropout, norm_first: bool,
+                      names: tuple[str, str]):
+    """fn_backward(dy, cache.fn) -> (dinputs, grads), dinputs dh or a tuple (dh, *more).
+    Returns (dx, or (dx, *more), grads keyed ``names[0].*`` (the norm) and ``names[1].*`` (F))."""
+    if norm_first:
+        dy, _ = dropout.backward(dout, cache.drop)
+        d, g_fn = fn_backward(dy, cache.fn)
+        dh, more = (d[0], d[1:]) if isinstance(d, tuple) else (d, None)
+        dx_norm, g_norm = norm.backward(dh, cache.norm)
+        dx = dout + dx_norm                                        # the residual path adds dout
+    else:
+        ds, g_norm = norm.backward(dout, cache.norm)               # through LN to the residual sum
+        dy, _ = dropout.backward(ds, cache.drop)
+        d, g_fn = fn_backward(dy, cache.fn)
+        dh, more = (d[0], d[1:]) if isinstance(d, tuple) else (d, None)
+        dx = ds + dh
+    grads: dict = {}
+    add_grads(grads, g_norm, names[0])
+    add_grads(grads, g_fn, names[1])
+    return (dx if more is None else (dx, *more)), grads

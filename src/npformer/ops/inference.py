@@ -1,0 +1,101 @@
+"""Forward-only fast twins of three reference ops, for inference (sentence embeddings):
+
+    attention_inference  mirrors  ops/attention.py  attention_forward  (no mask, no dropout, no weights)
+    layernorm_inference  mirrors  ops/layernorm.py  layernorm_forward  (no cache; in place if asked)
+    softmax_numerator_   mirrors  ops/softmax.py    softmax_forward    (the numerator only, in place)
+
+Same formulas, no caches: they work in blocks that stay in the L2 cache and write into given
+buffers. tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
+reference ops are checked against PyTorch in tests/ops.
+
+Dimension legend:
+    ...  any leading batch / head dimensions
+    Tq   query positions,  Tk  key positions
+    D    query/key size,   Dv  value size
+    N    rows,             C   normalised features
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Inference attention takes queries in blocks of about this many (query, key, feature) products
+# per head: a block's scores (rows x Tk per head) then stay in the L2 cache through max, exp and
+# sum, and each block's matrix products stay at or below OpenBLAS's m*n*k threading threshold
+# (65536 * 4), so they run on the calling thread: products this small lose more to waking and
+# syncing BLAS threads (badly so on a busy machine) than threads win.
+INFERENCE_BLOCK = 1 << 18
+
+# The inference LayerNorm goes through whole rows, about this many elements at a time: 65,536
+# elements per block (170 rows of 384 float32 = 255 KiB) stay in the L2 cache through the five passes.
+_ELEMENTS_PER_BLOCK = 1 << 16
+
+
+def softmax_numerator_(x: np.ndarray) -> np.ndarray:
+    """In place, x <- exp(x - max(x)) over the last axis; returns the row sums (..., 1).
+
+    softmax(x) is x / sums afterwards. Attention at inference divides its output instead,
+    softmax(s) @ v = (exp(s - m) @ v) / sum(exp(s - m)): Dv divisions per row, not N.
+    Every row needs a finite entry (no masking here).
+    """
+    m = np.maximum.reduce(x, axis=-1, keepdims=True)        # (..., 1)
+    np.subtract(x, m, out=x)                                # (..., N)
+    np.exp(x, out=x)
+    return np.add.reduce(x, axis=-1, keepdims=True)         # (..., 1)
+
+
+def attention_inference(q, k, v, scale: float | None = None, out: np.ndarray | None = None,
+                        block: int = INFERENCE_BLOCK) -> np.ndarray:
+    """softmax(q k^T * scale) v, forward only: no mask, no weights returned, no cache.
+
+    q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv); views with any
+    strides are fine (``out`` too, e.g. the heads' columns of a (T, E) buffer).
+    Queries go in blocks of ``block // (Tk * max(D, Dv))`` rows (see INFERENCE_BLOCK) and each
+    block's scores are exponentiated in place; the block's output is divided by the softmax
+    sums instead of the scores. Every key is attended: pass each sequence's own keys only.
+    """
+    d, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
+    scale = (1.0 / np.sqrt(d)) if scale is None else scale
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if out is None:
+        out = np.empty(lead + (t_q, v.shape[-1]), dtype=q.dtype)        # (..., Tq, Dv)
+    qs = np.multiply(q, q.dtype.type(scale))                          # (..., Tq, D) scaled once, contiguous
+    k_t = np.swapaxes(k, -1, -2)                                      # (..., D, Tk) view
+    rows = max(1, block // (t_k * max(d, v.shape[-1])))
+    for i in range(0, t_q, rows):
+        j = min(i + rows, t_q)
+        scores = np.matmul(qs[..., i:j, :], k_t)                     # (..., rows, Tk)
+        sums = softmax_numerator_(scores)                             # (..., rows, 1)
+        o = out[..., i:j, :]                                          # (..., rows, Dv) view
+        np.matmul(scores, v, out=o)
+        o /= sums
+    return out
+
+
+def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5,
+                        out: np.ndarray | None = None) -> np.ndarray:
+    """LayerNorm forward only, no cache: x (..., C) -> (..., C). ``out`` may be ``x`` (in place).
+
+    Same formula as ``layernorm_forward``, done in blocks of rows that stay in the cache.
+    """
+    c = x.shape[-1]
+    x2 = x.reshape(-1, c)                                          # (N, C)
+    out = np.empty_like(x) if out is None else out
+    y2 = out.reshape(-1, c)                                        # (N, C), shares out's memory
+    if not np.shares_memory(y2, out):
+        raise ValueError("out must be reshapeable to (N, C) without a copy")
+    inv_c, eps = x.dtype.type(1.0 / c), x.dtype.type(eps)
+    step = max(1, _ELEMENTS_PER_BLOCK // c)                        # rows per block
+    for i in range(0, x2.shape[0], step):
+        xb, yb = x2[i:i + step], y2[i:i + step]                    # (n, C)
+        mean = np.add.reduce(xb, axis=1, keepdims=True)            # (n, 1)
+        mean *= inv_c
+        np.subtract(xb, mean, out=yb)                              # (n, C) centred
+        var = np.einsum("ij,ij->i", yb, yb)[:, None]               # (n, 1) sum of squares
+        var *= inv_c
+        var += eps
+        rstd = np.sqrt(var, out=var)
+        np.divide(1.0, rstd, out=rstd)                             # (n, 1)
+        yb *= rstd
+        yb *= weight
+        yb += bias
+    return out
