@@ -5,15 +5,14 @@ import warnings
 import numpy as np
 import pytest
 
+import npformer
+from npformer import models
+from npformer.interop.torch import _key_to_torch
 from oracles import require
 
 torch = require("torch")
 
-import npformer  # noqa: E402
 from models_reference import RTOL, TorchSeq2Seq, compare_grads, load_into_torch, rel_err, torch_key  # noqa: E402
-from npformer.interop.torch import _key_to_torch  # noqa: E402
-from npformer.models import (DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig,  # noqa: E402
-                             Transformer, TransformerConfig)
 
 TOL = {np.float32: 1e-5, np.float64: 1e-10}
 SMALL = dict(d_model=16, n_heads=2, d_ff=24, max_len=12)
@@ -39,7 +38,7 @@ def ids(rng, b, t, vocab, pad_id):
     """Random ids in [pad_id+1 or 0, vocab) with padding at the end of some rows (never at 0)."""
     x = rng.integers(max(pad_id, 0) + 1 if pad_id >= 0 else 0, vocab, size=(b, t))
     if pad_id >= 0:
-        for row, n in zip(x, rng.integers(1, t + 1, size=b)):
+        for row, n in zip(x, rng.integers(1, t + 1, size=b), strict=True):
             row[n:] = pad_id
     return x
 
@@ -60,9 +59,9 @@ def logits_match(np_logits, t_logits, dtype):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("i", range(len(TRANSFORMERS)))
 def test_transformer_to_torch(i, dtype):
-    cfg = TransformerConfig(**{**SMALL, "src_vocab_size": 23, "tgt_vocab_size": 23, "n_encoder_layers": 2,
-                               "n_decoder_layers": 2, **TRANSFORMERS[i]})
-    model = perturbed(Transformer(cfg, rng=i, dtype=dtype), i)
+    cfg = models.TransformerConfig(**{**SMALL, "src_vocab_size": 23, "tgt_vocab_size": 23, "n_encoder_layers": 2,
+                                      "n_decoder_layers": 2, **TRANSFORMERS[i]})
+    model = perturbed(models.Transformer(cfg, rng=i, dtype=dtype), i)
     twin = npformer.to_torch(model)
     assert not twin.training
     check_same_state(model, twin)
@@ -74,14 +73,14 @@ def test_transformer_to_torch(i, dtype):
         warnings.simplefilter("ignore")
         logits_match(logits, twin(torch.tensor(src), torch.tensor(tgt)), dtype)
     back = npformer.from_torch(twin)
-    assert type(back) is Transformer and back.config == cfg
+    assert type(back) is models.Transformer and back.config == cfg
     check_same_state(back, twin)
 
 
 @pytest.mark.parametrize("i", range(len(LMS)))
 def test_decoder_lm_to_torch(i):
-    cfg = DecoderLMConfig(vocab_size=19, n_layers=2, **{**SMALL, **LMS[i]})
-    model = perturbed(DecoderLM(cfg, rng=i, dtype=np.float64), i)
+    cfg = models.DecoderLMConfig(vocab_size=19, n_layers=2, **{**SMALL, **LMS[i]})
+    model = perturbed(models.DecoderLM(cfg, rng=i, dtype=np.float64), i)
     twin = npformer.to_torch(model)
     check_same_state(model, twin)
     x = ids(np.random.default_rng(i), 3, 9, cfg.vocab_size, cfg.pad_id)
@@ -92,8 +91,8 @@ def test_decoder_lm_to_torch(i):
 
 @pytest.mark.parametrize("i", range(len(CLASSIFIERS)))
 def test_encoder_classifier_to_torch(i):
-    cfg = EncoderClassifierConfig(vocab_size=19, n_classes=4, n_layers=2, **{**SMALL, **CLASSIFIERS[i]})
-    model = perturbed(EncoderClassifier(cfg, rng=i, dtype=np.float32), i)
+    cfg = models.EncoderClassifierConfig(vocab_size=19, n_classes=4, n_layers=2, **{**SMALL, **CLASSIFIERS[i]})
+    model = perturbed(models.EncoderClassifier(cfg, rng=i, dtype=np.float32), i)
     twin = npformer.to_torch(model)
     check_same_state(model, twin)
     x = ids(np.random.default_rng(i), 3, 9, cfg.vocab_size, cfg.pad_id)
@@ -105,8 +104,9 @@ def test_training_step_in_torch_matches_npformer_gradients():
     shared embeddings accumulate in one tensor), as the model built independently from torch parts
     in tests/models/models_reference.py computes them. That reference, not the twin, is what
     npformer's gradients are checked against: a mistake shared by the model and its twin shows."""
-    cfg = TransformerConfig(src_vocab_size=23, tgt_vocab_size=23, n_encoder_layers=2, n_decoder_layers=2, **SMALL)
-    model = perturbed(Transformer(cfg, rng=7, dtype=np.float64), 7)
+    cfg = models.TransformerConfig(src_vocab_size=23, tgt_vocab_size=23, n_encoder_layers=2, n_decoder_layers=2,
+                                   **SMALL)
+    model = perturbed(models.Transformer(cfg, rng=7, dtype=np.float64), 7)
     twin = npformer.to_torch(model)
     ref = TorchSeq2Seq(cfg).double()
     load_into_torch(model, ref)

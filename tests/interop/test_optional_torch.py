@@ -37,6 +37,6 @@ def test_without_torch_from_torch_says_how_to_install_it():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 2
-    for line, fn in zip(lines, ("from_torch", "to_torch")):
+    for line, fn in zip(lines, ("from_torch", "to_torch"), strict=True):
         assert f"npformer.{fn} needs PyTorch" in line
         assert "pip install torch==2.13.0" in line and "pip install 'npformer[torch]'" in line

@@ -9,10 +9,12 @@ from oracles import require
 
 torch = require("torch")
 
+from torch_cases import TOL, causal, make_torch, masks, max_diff, np_or_none, random_config  # noqa: E402
+
 import npformer  # noqa: E402
+from npformer.interop import TorchCall, torch_style  # noqa: E402
 from npformer.nn import Decoder, DecoderLayer, Encoder, EncoderLayer, MultiHeadAttention  # noqa: E402
 from npformer.nn.transformer import TransformerStack  # noqa: E402
-from torch_cases import TOL, causal, make_torch, masks, max_diff, np_or_none, random_config  # noqa: E402
 
 KINDS = ["mha", "encoder_layer", "decoder_layer", "encoder", "decoder", "transformer"]
 MASK_KINDS = ["none", "bool", "float", "mixed", "mixed2"]
@@ -26,85 +28,102 @@ def _as_np(kw: dict) -> dict:
     return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
 
 
+class Args:
+    """The torch-style arguments one seed chooses: inputs, masks of a kind, causal flags."""
+
+    def __init__(self, seed: int, cfg: dict) -> None:
+        self.seed, self.e, self.h, self.dt = seed, cfg["d_model"], cfg["nhead"], cfg["dtype"]
+        self.rng = np.random.default_rng(100 + seed)
+        self.mask_kind = MASK_KINDS[seed % 5]
+        self.three_d, self.batched, self.is_causal = seed in (1, 3), seed != 4, seed in (2, 5)
+        self.b, self.t, self.s = 3, 5, 6
+
+    def x(self, *shape):
+        return torch.tensor(self.rng.standard_normal(shape if self.batched else shape[1:]), dtype=self.dt)
+
+    def m(self, t_q, t_k):
+        return masks(self.mask_kind, self.b, self.h, t_q, t_k, self.dt, self.rng, three_d=self.three_d,
+                     batched=self.batched)
+
+    def cmask(self, t_q, t_k):
+        c = causal(t_q, self.dt, t_k)
+        return c if self.mask_kind in ("float", "mixed2") else torch.isinf(c)   # float or bool causal mask
+
+
+def mha_call(a: Args, t_mod, np_mod):
+    b, t, s, e = a.b, a.t, a.s, a.e
+    mode = ("self", "cross", "distinct")[a.seed % 3]
+    q = a.x(b, t, e)
+    k = q if mode == "self" else a.x(b, s, e)
+    v = k if mode != "distinct" else a.x(b, k.shape[-2], e)
+    attn, kpm = a.m(t, k.shape[-2])
+    if a.is_causal and mode == "self":
+        attn = a.cmask(t, t)
+    kw = dict(need_weights=a.seed % 4 != 1, average_attn_weights=a.seed % 2 == 0,
+              is_causal=bool(a.is_causal and mode == "self"))
+    ref = t_mod(q, k, v, key_padding_mask=kpm, attn_mask=attn, **kw)
+    qn = q.numpy()
+    kn = qn if mode == "self" else k.numpy()
+    vn = kn if mode != "distinct" else v.numpy()        # same objects as torch got: self-/cross-attention
+    got = np_mod(qn, kn, vn, key_padding_mask=np_or_none(kpm), attn_mask=np_or_none(attn), **kw)
+    out = [("out", ref[0], got[0])]
+    if kw["need_weights"]:
+        out.append(("weights", ref[1], got[1]))
+    else:
+        assert ref[1] is None and got[1] is None
+    return out
+
+
+def encoder_args(a: Args, kind: str):
+    src = a.x(a.b, a.s, a.e)
+    attn, kpm = a.m(a.s, a.s)
+    if a.is_causal:
+        attn = a.cmask(a.s, a.s)
+    mask_name = "src_mask" if kind == "encoder_layer" else "mask"
+    return (src,), {mask_name: attn, "src_key_padding_mask": kpm, "is_causal": bool(a.is_causal)}
+
+
+def decoder_args(a: Args, kind: str):
+    b, t, s, e = a.b, a.t, a.s, a.e
+    tgt, mem = a.x(b, t, e), a.x(b, s, e)
+    tm, tkpm = a.m(t, t)
+    mm, mkpm = a.m(t, s)
+    mem_causal = a.seed == 5
+    if a.is_causal:
+        tm = a.cmask(t, t)
+    if mem_causal:
+        mm = a.cmask(t, s)
+    return (tgt, mem), dict(tgt_mask=tm, memory_mask=mm, tgt_key_padding_mask=tkpm, memory_key_padding_mask=mkpm,
+                            tgt_is_causal=bool(a.is_causal), memory_is_causal=mem_causal)
+
+
+def transformer_args(a: Args, kind: str):
+    b, t, s, e = a.b, a.t, a.s, a.e
+    src, tgt = a.x(b, s, e), a.x(b, t, e)
+    sm, skpm = a.m(s, s)
+    tm, tkpm = a.m(t, t)
+    mm, _ = a.m(t, s)
+    if a.is_causal:
+        tm = a.cmask(t, t)
+    return (src, tgt), dict(src_mask=sm, tgt_mask=tm, memory_mask=mm, src_key_padding_mask=skpm,
+                            tgt_key_padding_mask=tkpm, memory_key_padding_mask=skpm,
+                            tgt_is_causal=True if a.is_causal else None)
+
+
+ARGS = {"encoder_layer": encoder_args, "encoder": encoder_args, "decoder_layer": decoder_args,
+        "decoder": decoder_args, "transformer": transformer_args}
+
+
 def torch_and_np_call(kind: str, t_mod, np_mod, seed: int, cfg: dict):
     """Run the torch module and the npformer module on the same torch-style arguments
     (chosen by ``seed``). Returns a list of (name, torch output, npformer output)."""
-    e, h, dt = cfg["d_model"], cfg["nhead"], cfg["dtype"]
-    rng = np.random.default_rng(100 + seed)
-    mask_kind = MASK_KINDS[seed % 5]
-    three_d, batched, is_causal = seed in (1, 3), seed != 4, seed in (2, 5)
-    b, t, s = 3, 5, 6
-
-    def x(*shape):
-        return torch.tensor(rng.standard_normal(shape if batched else shape[1:]), dtype=dt)
-
-    def m(t_q, t_k):
-        return masks(mask_kind, b, h, t_q, t_k, dt, rng, three_d=three_d, batched=batched)
-
-    def cmask(t_q, t_k):
-        c = causal(t_q, dt, t_k)
-        return c if mask_kind in ("float", "mixed2") else torch.isinf(c)   # float or bool causal mask
-
+    a = Args(seed, cfg)
     if kind == "mha":
-        mode = ("self", "cross", "distinct")[seed % 3]
-        q = x(b, t, e)
-        k = q if mode == "self" else x(b, s, e)
-        v = k if mode != "distinct" else x(b, k.shape[-2], e)
-        t_k = k.shape[-2]
-        attn, kpm = m(t, t_k)
-        if is_causal and mode == "self":
-            attn = cmask(t, t)
-        kw = dict(need_weights=seed % 4 != 1, average_attn_weights=seed % 2 == 0,
-                  is_causal=bool(is_causal and mode == "self"))
-        ref = t_mod(q, k, v, key_padding_mask=kpm, attn_mask=attn, **kw)
-        qn = q.numpy()
-        kn = qn if mode == "self" else k.numpy()
-        vn = kn if mode != "distinct" else v.numpy()        # same objects as torch got: self-/cross-attention
-        got = np_mod(qn, kn, vn, key_padding_mask=np_or_none(kpm), attn_mask=np_or_none(attn), **kw)
-        out = [("out", ref[0], got[0])]
-        if kw["need_weights"]:
-            out.append(("weights", ref[1], got[1]))
-        else:
-            assert ref[1] is None and got[1] is None
-        return out
-    if kind in ("encoder_layer", "encoder"):
-        src = x(b, s, e)
-        attn, kpm = m(s, s)
-        if is_causal:
-            attn = cmask(s, s)
-        names = ("src_mask", "is_causal") if kind == "encoder_layer" else ("mask", "is_causal")
-        kw = {names[0]: attn, "src_key_padding_mask": kpm, names[1]: bool(is_causal)}
-        ref = t_mod(src, **kw)
-        got = np_mod(src.numpy(), **_as_np(kw))
-        return [("out", ref, got)]
-    if kind in ("decoder_layer", "decoder"):
-        tgt, mem = x(b, t, e), x(b, s, e)
-        tm, tkpm = m(t, t)
-        mm, mkpm = m(t, s)
-        mem_causal = seed == 5
-        if is_causal:
-            tm = cmask(t, t)
-        if mem_causal:
-            mm = cmask(t, s)
-        kw = dict(tgt_mask=tm, memory_mask=mm, tgt_key_padding_mask=tkpm, memory_key_padding_mask=mkpm,
-                  tgt_is_causal=bool(is_causal), memory_is_causal=mem_causal)
-        ref = t_mod(tgt, mem, **kw)
-        got = np_mod(tgt.numpy(), mem.numpy(), **_as_np(kw))
-        return [("out", ref, got)]
-    if kind == "transformer":
-        src, tgt = x(b, s, e), x(b, t, e)
-        sm, skpm = m(s, s)
-        tm, tkpm = m(t, t)
-        mm, _ = m(t, s)
-        if is_causal:
-            tm = cmask(t, t)
-        kw = dict(src_mask=sm, tgt_mask=tm, memory_mask=mm, src_key_padding_mask=skpm,
-                  tgt_key_padding_mask=tkpm, memory_key_padding_mask=skpm,
-                  tgt_is_causal=True if is_causal else None)
-        ref = t_mod(src, tgt, **kw)
-        got = np_mod(src.numpy(), tgt.numpy(), **_as_np(kw))
-        return [("out", ref, got)]
-    raise ValueError(kind)
+        return mha_call(a, t_mod, np_mod)
+    inputs, kw = ARGS[kind](a, kind)
+    ref = t_mod(*inputs, **kw)
+    got = np_mod(*(i.numpy() for i in inputs), **_as_np(kw))
+    return [("out", ref, got)]
 
 
 EXPECTED_TYPE = {"mha": MultiHeadAttention, "encoder_layer": EncoderLayer, "decoder_layer": DecoderLayer,
@@ -117,7 +136,7 @@ def test_from_torch_matches_torch_and_round_trips(kind, seed):
     cfg = random_config(seed)
     t_mod = make_torch(kind, cfg, seed)
     np_mod = npformer.from_torch(t_mod)
-    assert isinstance(np_mod, EXPECTED_TYPE[kind]) and not np_mod.training
+    assert isinstance(np_mod, TorchCall) and isinstance(np_mod.module, EXPECTED_TYPE[kind]) and not np_mod.training
     assert np_mod.dtype == {torch.float32: np.float32, torch.float64: np.float64}[cfg["dtype"]]
     tol = TOL[cfg["dtype"]]
     for name, ref, got in torch_and_np_call(kind, t_mod, np_mod, seed, cfg):
@@ -132,12 +151,12 @@ def test_from_torch_matches_torch_and_round_trips(kind, seed):
     for k in sd:
         assert sd[k].dtype == sd_back[k].dtype and torch.equal(sd[k], sd_back[k]), k
     for (name, ref, _), (_, ref_back, _) in zip(torch_and_np_call(kind, t_mod, np_mod, seed, cfg),
-                                                torch_and_np_call(kind, t_back, np_mod, seed, cfg)):
+                                                torch_and_np_call(kind, t_back, np_mod, seed, cfg), strict=True):
         assert max_diff(ref, ref_back) < tol, name
 
 
 def native_module(kind: str, seed: int):
-    """An npformer-made module (npformer's own init), perturbed like the torch ones."""
+    """An npformer-made module (npformer's own init), perturbed like the torch ones, in its torch-style call."""
     cfg = random_config(seed + 50)
     dtype = {torch.float32: np.float32, torch.float64: np.float64}[cfg["dtype"]]
     act = cfg["activation"] if isinstance(cfg["activation"], str) else cfg["activation"].__name__
@@ -158,7 +177,7 @@ def native_module(kind: str, seed: int):
         mod = TransformerStack(e, h, n, 3 - n, f, final_norm=cfg["final_norm"], **common)
     for v in mod.state_dict().values():
         v += (0.2 * rng.standard_normal(v.shape)).astype(dtype)
-    return mod.eval(), cfg
+    return torch_style(mod.eval()), cfg
 
 
 @pytest.mark.parametrize("seed", [0, 1])

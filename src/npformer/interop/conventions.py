@@ -1,6 +1,6 @@
 """torch's calling conventions at npformer's boundary, in NumPy (no torch needed).
 
-The torch-style ``__call__`` of npformer's modules take inputs and masks as torch's
+The torch-style calls (``calls.py``: ``torch_style(module)``) take inputs and masks as torch's
 ``nn.MultiheadAttention`` / ``nn.Transformer*`` do and turn them into npformer's:
 
     torch                                   npformer

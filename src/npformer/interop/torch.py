@@ -1,7 +1,9 @@
 """Two-way conversion between npformer modules and PyTorch's.
 
-    from_torch(torch module) -> npformer module, weights copied, same dtype, eval mode
-    to_torch(npformer module or model) -> torch module, weights copied, same dtype, eval mode
+    from_torch(torch module) -> npformer module in a torch-style call (``.module``), weights
+                                copied, same dtype, eval mode; a ``to_torch`` model comes back bare
+    to_torch(npformer module or model, or a torch-style call) -> torch module, weights copied,
+                                same dtype, eval mode
 
 Both are exact: the same numbers in, the same numbers out (to rounding). The state dicts
 share torch's key names except the FFN, which npformer keeps under ``ffn.``
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..nn import (Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Module, MultiHeadAttention)
+from ..nn import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Module, MultiHeadAttention
 from ..nn.transformer import TransformerStack
+from .calls import TorchCall, torch_style
 
 _INSTALL = "pip install torch==2.13.0  (or: pip install 'npformer[torch]')"
 
@@ -176,11 +179,13 @@ def _stack_from_torch(stack, where: str, decoder: bool):
 def from_torch(module):
     """The npformer module equal to a torch ``MultiheadAttention``, ``TransformerEncoderLayer``,
     ``TransformerDecoderLayer``, ``TransformerEncoder``, ``TransformerDecoder`` or ``Transformer``
-    (``batch_first=True``). Weights are copied; dtype (float32/float64) kept; eval mode.
+    (``batch_first=True``), in its torch-style call (``calls.torch_style``). Weights are copied;
+    dtype (float32/float64) kept; eval mode.
 
-    Call the result like the torch module, on NumPy arrays: ``out = npmod(src, src_mask=...)``.
-    A model made by ``to_torch`` (say, after training it in torch) comes back as the npformer
-    model it was made from, with the trained weights.
+    Call the result like the torch module, on NumPy arrays: ``out = npmod(src, src_mask=...)``;
+    ``npmod.module`` is the npformer module (its forward, backward and state_dict are also
+    reached through the call). A model made by ``to_torch`` (say, after training it in torch)
+    comes back as the npformer model it was made from, with the trained weights.
     """
     torch = _import_torch("from_torch")
     nn = torch.nn
@@ -210,8 +215,8 @@ def from_torch(module):
             raise TypeError(f"from_torch accepts torch.nn.MultiheadAttention, TransformerEncoderLayer, "
                             f"TransformerDecoderLayer, TransformerEncoder, TransformerDecoder or Transformer "
                             f"(or a model made by to_torch), got {type(module).__module__}.{type(module).__name__}")
-        out = _model_from_torch(module)
-    return out.eval()
+        return _model_from_torch(module).eval()
+    return torch_style(out.eval())
 
 
 def _model_from_torch(module):
@@ -302,10 +307,13 @@ def _transformer_stack_to_torch(stack: TransformerStack):
 def to_torch(model):
     """The torch module equal to an npformer module or model: MultiHeadAttention, EncoderLayer,
     DecoderLayer, Encoder, Decoder, TransformerStack, and the full models (Transformer,
-    DecoderLM, EncoderClassifier). Weights are copied; dtype kept; eval mode (call ``.train()``
-    to train it). Called with torch tensors, it returns what the npformer module returns.
+    DecoderLM, EncoderClassifier), bare or in a torch-style call. Weights are copied; dtype kept;
+    eval mode (call ``.train()`` to train it). Called with torch tensors, it returns what the
+    npformer module returns.
     """
     torch = _import_torch("to_torch")
+    if isinstance(model, TorchCall):
+        model = model.module
     if isinstance(model, MultiHeadAttention):
         out = _mha_to_torch(model)
     elif isinstance(model, EncoderLayer):
@@ -322,6 +330,6 @@ def to_torch(model):
         out = torch.nn.LayerNorm(model.params["weight"].shape[0], eps=model.eps, dtype=_torch_dtype(model))
         _load_into_torch(out, model)
     else:
-        from .torch_models import model_to_torch   # the full models: embeddings + stacks + head
+        from .torch_models import model_to_torch  # the full models: embeddings + stacks + head
         out = model_to_torch(model, _stack_to_torch, _torch_dtype, _load_into_torch)
     return out.eval()

@@ -183,4 +183,5 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
     return out
 
 
-__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchTransformer", "model_to_torch"]
+__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchTransformer",
+           "model_to_torch"]
