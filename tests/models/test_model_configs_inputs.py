@@ -5,8 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from npformer.models import (DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig, Transformer,
-                             TransformerConfig)
+from npformer.models import (
+    DecoderLM,
+    DecoderLMConfig,
+    EncoderClassifier,
+    EncoderClassifierConfig,
+    Transformer,
+    TransformerConfig,
+)
 
 
 def small_transformer(**kw):

@@ -7,12 +7,20 @@ from oracles import require
 
 torch = require("torch")
 
-from models_reference import (RTOL, TorchClassifier, TorchLM, compare_grads, finite_difference_check,  # noqa: E402
-                              load_into_torch, padded_ids, rel_err)
-from random_params import randomize  # noqa: E402
+from models_reference import (  # noqa: E402
+    RTOL,
+    TorchClassifier,
+    TorchLM,
+    compare_grads,
+    finite_difference_check,
+    load_into_torch,
+    padded_ids,
+    rel_err,
+)
 
 from npformer.models import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig  # noqa: E402
 from npformer.models.transformer import sequence_loss  # noqa: E402
+from random_params import randomize  # noqa: E402
 
 F = torch.nn.functional
 
@@ -42,7 +50,7 @@ def test_lm_matches_torch(name):
     logits, cache = model.forward(ids_in)
     loss, grads = model.loss(ids_in, ids_out, label_smoothing=ls)
     _, dlogits = sequence_loss(logits, ids_out, cfg.pad_id, ls)
-    _, dinputs = model.backward_with_inputs(dlogits, cache)
+    dinputs, _ = model.backward(dlogits, cache)
 
     t_logits, t_inputs = ref(torch.tensor(ids_in))
     t_loss = F.cross_entropy(t_logits.reshape(-1, cfg.vocab_size), torch.tensor(ids_out).reshape(-1),
@@ -97,7 +105,7 @@ def test_classifier_matches_torch(name):
     assert rel_err(loss, t_loss.item()) <= RTOL
     masked = np.where(ids == cfg.pad_id, -100, labels) if tagging else labels
     _, dlogits = sequence_loss(logits, masked, -100, ls)
-    _, dinputs = model.backward_with_inputs(dlogits, cache)
+    dinputs, _ = model.backward(dlogits, cache)
     compare_grads(grads, model, ref, dinputs, t_inputs)
 
     picks = [("embed.tok.weight", (int(ids[2, 0]), 1)), ("encoder.layers.0.self_attn.in_proj_bias", (7,)),

@@ -9,12 +9,20 @@ from oracles import require
 
 torch = require("torch")
 
-from models_reference import (RTOL, TorchSeq2Seq, compare_grads, finite_difference_check,  # noqa: E402
-                              load_into_torch, padded_ids, rel_err)
-from random_params import randomize  # noqa: E402
+from models_reference import (  # noqa: E402
+    RTOL,
+    TorchSeq2Seq,
+    compare_grads,
+    finite_difference_check,
+    load_into_torch,
+    padded_ids,
+    rel_err,
+)
 
 from npformer.models import Transformer, TransformerConfig  # noqa: E402
 from npformer.models.transformer import sequence_loss  # noqa: E402
+from npformer.nn import TransformerStack  # noqa: E402
+from random_params import randomize  # noqa: E402
 
 SMALL = dict(d_model=16, n_heads=4, d_ff=24, n_encoder_layers=2, n_decoder_layers=2, max_len=12)
 
@@ -61,7 +69,7 @@ def test_transformer_matches_torch(name):
     logits, cache = model.forward(src, tgt_in)
     loss, grads = model.loss(src, tgt_in, tgt_out, label_smoothing=ls)
     _, dlogits = sequence_loss(logits, tgt_out, cfg.pad_id, ls)
-    grads2, dinputs = model.backward_with_inputs(dlogits, cache)
+    dinputs, grads2 = model.backward(dlogits, cache)
 
     t_logits, t_inputs = ref(torch.tensor(src), torch.tensor(tgt_in))
     t_loss = torch.nn.functional.cross_entropy(t_logits.reshape(-1, t_logits.shape[-1]),
@@ -70,6 +78,7 @@ def test_transformer_matches_torch(name):
     t_loss.backward()
     assert rel_err(logits, t_logits.detach()) <= 1e-10
     assert rel_err(loss, t_loss.item()) <= RTOL
+    assert set(dinputs) == {"src_embeddings", "tgt_embeddings", "memory"}
     compare_grads(grads, model, ref, dinputs, t_inputs)
     for k in grads:
         assert np.array_equal(grads[k], grads2[k]), k
@@ -142,3 +151,15 @@ def test_encode_decode_equals_forward():
     full, _ = model.forward(src, tgt_in)
     assert np.array_equal(logits, full)
     assert src_mask.shape == (src.shape[0], 1, 1, src.shape[1]) and src_mask.dtype == bool
+
+
+def test_the_composition_is_the_transformer_stack():
+    """The model runs nn.TransformerStack over its own encoder and decoder: the stack is not a
+    child (the state_dict keys stay encoder.*/decoder.*) and it shares the arrays."""
+    model, *_ = make_case("pre_ln_unshared_untied_learned")
+    stack = model.stack
+    assert isinstance(stack, TransformerStack)
+    assert stack.encoder is model.encoder and stack.decoder is model.decoder
+    params = model.state_dict()
+    assert not any(k.startswith("stack") for k in params)
+    assert all(params[k] is v for k, v in stack.state_dict().items())

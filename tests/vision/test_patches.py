@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 from npformer.nn.patches import PatchEmbedding, image_to_patches, patches_to_image
-
 from oracles import require
 
 torch = require("torch")

@@ -4,8 +4,8 @@ import copy
 import numpy as np
 import pytest
 
+from npformer.models.blocks import sequence_loss
 from npformer.models.vit import ViT, ViTConfig
-
 from oracles import require
 from random_params import randomize
 
@@ -80,8 +80,9 @@ def test_vit_logits_loss_and_every_gradient(norm_first, pool):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 4, 4, 2))
     y = np.array([0, 3, 4])
-    logits, _ = model.forward(x)
-    logits_t = ref(torch.tensor(x))
+    logits, cache = model.forward(x)
+    xt = torch.tensor(x, requires_grad=True)
+    logits_t = ref(xt)
     assert rel_err(logits, logits_t.detach()) < RTOL
 
     loss, grads = model.loss(x, y, label_smoothing=0.1)
@@ -92,6 +93,10 @@ def test_vit_logits_loss_and_every_gradient(norm_first, pool):
     for k, g in grads.items():
         assert g.shape == tparams[k].shape, k
         assert rel_err(g, tparams[k].grad) < RTOL, (k, rel_err(g, tparams[k].grad))
+    # backward(dlogits, cache) -> ({"images"}, grads): the same grads, and the images' gradient
+    dinputs, grads2 = model.backward(sequence_loss(logits, y, -100, 0.1)[1], cache)
+    assert list(dinputs) == ["images"] and rel_err(dinputs["images"], xt.grad) < RTOL
+    assert all(np.array_equal(grads[k], grads2[k]) for k in grads)
 
 
 def test_vit_attention_weights_and_config_checks(tmp_path):
@@ -106,7 +111,7 @@ def test_vit_attention_weights_and_config_checks(tmp_path):
     assert len(att) == 2 and att[0]["self"].shape == (2, 2, 5, 5)
     logits64, cache64 = model64.forward(images.astype(np.float64))      # float32 to its rounding
     assert rel_err(logits, logits64) < 1e-5
-    for layer, layer64 in zip(att, model64.attention_weights(cache64)):
+    for layer, layer64 in zip(att, model64.attention_weights(cache64), strict=True):
         np.testing.assert_allclose(layer["self"], layer64["self"], atol=1e-6)
         np.testing.assert_allclose(layer["self"].sum(-1), 1.0, atol=1e-6)
     cfg.save_json(tmp_path / "c.json")
@@ -115,5 +120,10 @@ def test_vit_attention_weights_and_config_checks(tmp_path):
         ViTConfig(image_size=8, patch_size=3)
     with pytest.raises(ValueError, match="divisible by n_heads"):
         ViTConfig(d_model=10, n_heads=4)
+    with pytest.raises(ValueError, match="eps"):             # the shared BlockConfig checks
+        ViTConfig(eps=0.0)
+    with pytest.raises(ValueError, match="positional"):
+        ViTConfig(positional="rotary")
+    assert ViTConfig(norm_first=False).use_final_norm is False and cfg.use_final_norm is True
     with pytest.raises(TypeError, match="dtype"):
         model.forward(np.zeros((1, 8, 8, 1)))

@@ -5,8 +5,8 @@ import copy
 import numpy as np
 import pytest
 
+from npformer.models.blocks import sequence_loss
 from npformer.models.vla import VLA, VLAConfig
-
 from oracles import require
 from random_params import randomize
 
@@ -56,7 +56,7 @@ def small_model(norm_first=True, rng=0, head="pointer"):
                     n_layers=2, norm_first=norm_first, head=head)
     model = VLA(cfg, rng=rng).astype(np.float64).eval()
     r = np.random.default_rng(rng)
-    for k, p in model.state_dict().items():   # non-zero biases, queries and affines: every path exercised
+    for p in model.state_dict().values():     # non-zero biases, queries and affines: every path exercised
         p += 0.1 * r.standard_normal(p.shape)
     return cfg, model
 
@@ -74,9 +74,10 @@ def batch(cfg, rng):
 def test_vla_logits_loss_and_every_gradient(norm_first, head):
     cfg, model = small_model(norm_first, head=head)
     ids, images, actions = batch(cfg, np.random.default_rng(1))
-    logits, _ = model.forward(ids, images)
+    logits, cache = model.forward(ids, images)
     tp = {k: torch.tensor(v, requires_grad=True) for k, v in model.state_dict().items()}
-    logits_t = torch_vla(tp, cfg, torch.tensor(ids), torch.tensor(images))
+    images_t = torch.tensor(images, requires_grad=True)
+    logits_t = torch_vla(tp, cfg, torch.tensor(ids), images_t)
     assert rel_err(logits, logits_t.detach()) < RTOL
 
     loss, grads = model.loss(ids, images, actions, label_smoothing=0.1)
@@ -88,6 +89,10 @@ def test_vla_logits_loss_and_every_gradient(norm_first, head):
     for k, g in grads.items():
         assert g.shape == tp[k].shape, k
         assert rel_err(g, tp[k].grad) < RTOL, (k, rel_err(g, tp[k].grad))
+    # backward(dlogits, cache) -> ({"images"}, grads): the same grads, and the images' gradient
+    dinputs, grads2 = model.backward(sequence_loss(logits, actions, -100, 0.1)[1], cache)
+    assert list(dinputs) == ["images"] and rel_err(dinputs["images"], images_t.grad) < RTOL
+    assert all(np.array_equal(grads[k], grads2[k]) for k in grads)
 
 
 def test_vla_finite_differences_and_padding():
@@ -133,3 +138,7 @@ def test_vla_shapes_and_config():
         VLAConfig(vocab_size=30, head="mlp")
     with pytest.raises(ValueError, match="pad_id"):
         VLAConfig(vocab_size=3, pad_id=3)
+    with pytest.raises(ValueError, match="eps"):             # the shared BlockConfig checks
+        VLAConfig(vocab_size=30, eps=-1.0)
+    with pytest.raises(ValueError, match="activation"):
+        VLAConfig(vocab_size=30, activation="tanh")

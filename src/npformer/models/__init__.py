@@ -1,5 +1,10 @@
-"""Models: the encoder-decoder Transformer, a decoder-only language model and an
-encoder-only classifier/tagger, each with a JSON-serialisable config."""
+"""Models: the encoder-decoder Transformer, a decoder-only language model, an encoder-only
+classifier/tagger, a Vision Transformer and a vision-language-action policy, each with a
+JSON-serialisable config. blocks.py holds the pieces they share.
+
+Every model: ``forward(...) -> (out, cache)``, ``backward(dout, cache) -> (dinputs, grads)``
+(dinputs a dict by name: {"src_embeddings", "tgt_embeddings", "memory"}, {"embeddings"} or
+{"images"}), and ``loss(...) -> (loss, grads)``."""
 from .classifier import EncoderClassifier, EncoderClassifierConfig
 from .config import Config
 from .lm import DecoderLM, DecoderLMConfig

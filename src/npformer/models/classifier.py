@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
-from .config import BlockConfig, check_choice, check_ids, check_int, check_pad_id, check_rng, make_rng
-from .transformer import sequence_loss
+from ..nn import Linear, Module, add_grads, padding_mask
+from .blocks import encoder_stack, init_model, sequence_loss, token_embeddings
+from .config import BlockConfig, check_choice, check_ids, check_int, check_pad_id, check_rng
 
 IGNORE_LABEL = -100   # a label that the loss skips (torch's default ignore_index)
 
@@ -52,15 +52,9 @@ class EncoderClassifier(Module):
 
     def __init__(self, config: EncoderClassifierConfig, rng: np.random.Generator | int = 0,
                  dtype=np.float32) -> None:
-        super().__init__()
-        if not isinstance(config, EncoderClassifierConfig):
-            raise TypeError(f"config must be an EncoderClassifierConfig, got {type(config).__name__}")
-        self.config = c = config
-        rng = make_rng(rng)
-        self.add_module("embed", Embeddings(c.vocab_size, c.d_model, c.max_len, c.positional, scale=True,
-                                            dropout=c.dropout, rng=rng, dtype=dtype))
-        self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
-                                           c.norm_first, c.use_final_norm, c.eps, rng, dtype))
+        c, rng = init_model(self, config, EncoderClassifierConfig, rng)
+        self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
+        self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         self.add_module("head", Linear(c.d_model, c.n_classes, rng=rng, dtype=dtype))
 
     # -- public boundary ------------------------------------------------------------------------
@@ -93,7 +87,7 @@ class EncoderClassifier(Module):
             labels = np.where(ids == c.pad_id, IGNORE_LABEL, labels)       # (B, T): no loss on padding
         logits, cache = self._forward(ids, rng)
         loss, dlogits = sequence_loss(logits, labels, IGNORE_LABEL, label_smoothing, "labels")
-        return loss, self.backward(dlogits, cache)
+        return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
     def _forward(self, ids, rng):
@@ -114,12 +108,9 @@ class EncoderClassifier(Module):
         logits, c_head = self.head.forward(pooled)                          # (B, C) or (B, T, C)
         return logits, (c_emb, c_enc, weights, h.shape, c_head)
 
-    def backward(self, dlogits: np.ndarray, cache) -> dict:
-        """dlogits (B, C) or (B, T, C) -> grads, one entry per state_dict() key."""
-        return self.backward_with_inputs(dlogits, cache)[0]
-
-    def backward_with_inputs(self, dlogits: np.ndarray, cache):
-        """Returns (grads, {"embeddings": d loss / d embedding output (B, T, E)})."""
+    def backward(self, dlogits: np.ndarray, cache):
+        """dlogits (B, C) or (B, T, C) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
+        grads one entry per state_dict() key."""
         c_emb, c_enc, weights, h_shape, c_head = cache
         grads: dict = {}
         dpooled, g_head = self.head.backward(dlogits, c_head)
@@ -135,7 +126,7 @@ class EncoderClassifier(Module):
         add_grads(grads, g_enc, "encoder")
         _, g_emb = self.embed.backward(dx, c_emb)
         add_grads(grads, g_emb, "embed")
-        return grads, {"embeddings": dx}
+        return {"embeddings": dx}, grads
 
     def attention_weights(self, cache) -> list[dict]:
         """One {"self": (B, H, T, T)} per layer."""

@@ -42,22 +42,25 @@ class Config:
 
 class BlockConfig(Config):
     """Mixin for configs of models built from transformer blocks: the fields they all have
-    (d_model, n_heads, dropout, eps, positional, activation, norm_first, final_norm) are checked
-    in one place, and the final norm's default is derived here."""
+    (d_model, n_heads, dropout, eps, activation, norm_first) and, where the dataclass has them,
+    positional and final_norm, are checked in one place, and the final norm's default is derived here."""
 
     def check_block_fields(self) -> None:
         check_heads(self.d_model, self.n_heads)
         check_float("dropout", self.dropout, 0.0, 1.0)
         check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
-        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        if hasattr(self, "positional"):
+            check_choice("positional", self.positional, ("sinusoidal", "learned"))
         check_choice("activation", self.activation, ("relu", "gelu"))
         check_bool("norm_first", self.norm_first)
-        check_bool("final_norm", self.final_norm, allow_none=True)
+        check_bool("final_norm", getattr(self, "final_norm", None), allow_none=True)
 
     @property
     def use_final_norm(self) -> bool:
-        """final_norm, or by default a final norm exactly when the blocks are pre-LN."""
-        return self.norm_first if self.final_norm is None else self.final_norm
+        """final_norm, or by default (and in configs without the field) a final norm exactly when
+        the blocks are pre-LN."""
+        final_norm = getattr(self, "final_norm", None)
+        return self.norm_first if final_norm is None else final_norm
 
 
 # -- invariant checks (each raises ValueError/TypeError naming the field and its value) --------
@@ -100,6 +103,12 @@ def check_heads(d_model: int, n_heads: int) -> None:
                          f"{d_model} / {n_heads} = {d_model / n_heads:g}")
 
 
+def check_patch_grid(image_size: int, patch_size: int) -> None:
+    """Images are cut into whole P x P patches (ViT, section 3.1)."""
+    if image_size % patch_size:
+        raise ValueError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
+
+
 def check_pad_id(pad_id, vocab_size: int, name: str = "pad_id", allow_none: bool = False) -> None:
     """pad_id is a token id in [0, vocab_size), or -1 (no padding) where allowed."""
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
@@ -134,6 +143,23 @@ def check_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
         raise ValueError(f"{name} has {ids.shape[1]} positions, longer than the {positional} "
                          f"positions the model has (max_len {max_len})")
     return ids
+
+
+def check_images(images, image_size: int, in_channels: int, dtype, batch: int | None = None,
+                 context: str = "") -> np.ndarray:
+    """Return ``images`` if it is a finite (B, H, W, C) array in ``dtype`` with B >= 1 (B == batch
+    when given), or raise naming the shape expected; ``context`` ends the shape message."""
+    want = (image_size, image_size, in_channels)
+    if not isinstance(images, np.ndarray) or images.ndim != 4 or images.shape[1:] != want or not len(images) \
+            or (batch is not None and len(images) != batch):
+        raise ValueError(f"images must be an array of shape ({'B' if batch is None else batch}, {image_size}, "
+                         f"{image_size}, {in_channels}){context}, "
+                         f"got {getattr(images, 'shape', type(images).__name__)}")
+    if images.dtype != dtype:
+        raise TypeError(f"images must have the model's dtype {dtype}, got {images.dtype}")
+    if not np.isfinite(images).all():
+        raise ValueError("images contain NaN or inf")
+    return images
 
 
 def check_same_batch(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
-from ..ops import linear_backward, linear_forward
-from .config import BlockConfig, check_bool, check_ids, check_int, check_pad_id, check_rng, make_rng
-from .transformer import accumulate, sequence_loss
+from ..nn import Linear, Module, add_grads, padding_mask
+from .blocks import encoder_stack, init_model, output_backward, output_forward, sequence_loss, token_embeddings
+from .config import BlockConfig, check_bool, check_ids, check_int, check_pad_id, check_rng
 
 
 @dataclass
@@ -50,15 +49,9 @@ class DecoderLM(Module):
     """Causal language model: predicts token t + 1 from tokens 0..t."""
 
     def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
-        super().__init__()
-        if not isinstance(config, DecoderLMConfig):
-            raise TypeError(f"config must be a DecoderLMConfig, got {type(config).__name__}")
-        self.config = c = config
-        rng = make_rng(rng)
-        self.add_module("embed", Embeddings(c.vocab_size, c.d_model, c.max_len, c.positional, scale=True,
-                                            dropout=c.dropout, rng=rng, dtype=dtype))
-        self.add_module("blocks", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
-                                          c.norm_first, c.use_final_norm, c.eps, rng, dtype))
+        c, rng = init_model(self, config, DecoderLMConfig, rng)
+        self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
+        self.add_module("blocks", encoder_stack(c, c.n_layers, rng, dtype))
         if not c.tie_output:
             self.add_module("generator", Linear(c.d_model, c.vocab_size, rng=rng, dtype=dtype))
 
@@ -82,7 +75,7 @@ class DecoderLM(Module):
             raise ValueError(f"ids_in and ids_out must have the same shape, got {ids_in.shape} and {ids_out.shape}")
         logits, cache = self._forward(ids_in, rng)                          # (B, T, V)
         loss, dlogits = sequence_loss(logits, ids_out, self.config.pad_id, label_smoothing, "ids_out")
-        return loss, self.backward(dlogits, cache)
+        return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
     def _forward(self, ids, rng):
@@ -94,30 +87,19 @@ class DecoderLM(Module):
 
     def project_output(self, h: np.ndarray):
         """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
-        if self.config.tie_output:
-            return linear_forward(h, self.embed.tok.params["weight"])        # (..., V) = h E^T
-        return self.generator.forward(h)                                    # (..., V)
+        return output_forward(h, self.embed, getattr(self, "generator", None))
 
-    def backward(self, dlogits: np.ndarray, cache) -> dict:
-        """dlogits (B, T, V) -> grads, one entry per state_dict() key."""
-        return self.backward_with_inputs(dlogits, cache)[0]
-
-    def backward_with_inputs(self, dlogits: np.ndarray, cache):
-        """Returns (grads, {"embeddings": d loss / d embedding output (B, T, E)})."""
+    def backward(self, dlogits: np.ndarray, cache):
+        """dlogits (B, T, V) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
+        grads one entry per state_dict() key."""
         c_emb, c_blocks, c_out = cache
-        grads: dict = {}
-        if self.config.tie_output:
-            dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
-            # tied weights: the table's gradient starts as the projection's; the lookup's is ADDED below
-            grads["embed.tok.weight"] = dw_out
-        else:
-            dh, g_gen = self.generator.backward(dlogits, c_out)
-            add_grads(grads, g_gen, "generator")
+        # tied weights: the table's gradient starts as the projection's; the lookup's is ADDED below
+        dh, grads = output_backward(dlogits, c_out, "embed", getattr(self, "generator", None))
         dx, g_blocks = self.blocks.backward(dh, c_blocks)                   # (B, T, E)
         add_grads(grads, g_blocks, "blocks")
         _, g_emb = self.embed.backward(dx, c_emb)
-        accumulate(grads, g_emb, "embed")
-        return grads, {"embeddings": dx}
+        add_grads(grads, g_emb, "embed", in_place=True)
+        return {"embeddings": dx}, grads
 
     def attention_weights(self, cache) -> list[dict]:
         """One {"self": (B, H, T, T)} per block."""

@@ -4,6 +4,10 @@
     h      = Decoder(dropout(E_tgt[tgt] * sqrt(d) + PE), memory)          causal self-attention
     logits = h W_out^T,  W_out = E_tgt when the weights are tied           (paper 3.4)
 
+The encoder-to-decoder composition (memory into every cross-attention, and in backward the
+summed memory gradient back into the encoder) is ``nn.TransformerStack``'s, run through
+``self.stack`` over this model's own ``encoder`` and ``decoder``.
+
 Masks come from ``pad_id``: padded source positions are hidden from the encoder's
 self-attention and the decoder's cross-attention; the decoder's self-attention is
 causal and hides padded target positions as keys.
@@ -17,10 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads, padding_mask
-from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
-from .config import (BlockConfig, check_bool, check_float, check_ids, check_int, check_mask, check_pad_id,
-                     check_rng, check_same_batch, make_rng)
+from ..nn import Embeddings, Linear, Module, TransformerStack, add_grads, padding_mask
+from .blocks import (
+    decoder_stack,
+    encoder_stack,
+    init_model,
+    output_backward,
+    output_forward,
+    sequence_loss,
+    token_embeddings,
+)
+from .config import BlockConfig, check_bool, check_ids, check_int, check_mask, check_pad_id, check_rng, check_same_batch
 
 
 @dataclass
@@ -57,60 +68,21 @@ class TransformerConfig(BlockConfig):
         check_pad_id(self.pad_id, min(self.src_vocab_size, self.tgt_vocab_size))
 
 
-def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,
-                  name: str = "targets"):
-    """Mean token cross-entropy over the rows whose target is not ``ignore_index``.
-
-    logits (..., C), targets (...) int -> (loss float, dlogits (..., C))."""
-    check_float("label_smoothing", label_smoothing, 0.0, 1.0)
-    if not np.any(targets != ignore_index):
-        raise ValueError(f"{name} holds only ignored positions (ignore index {ignore_index}): nothing to score")
-    c = logits.shape[-1]
-    flat, cache = cross_entropy_forward(logits.reshape(-1, c), targets.reshape(-1),
-                                        ignore_index=ignore_index, label_smoothing=float(label_smoothing))
-    dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
-    return float(flat), dlogits
-
-
-def accumulate(grads: dict, new: dict, prefix: str) -> dict:
-    """``add_grads`` that adds in place when a key is already there. Only for arrays this
-    backward pass made: it saves a fresh (V, E) copy per tied or shared embedding table."""
-    for k, g in new.items():
-        key = f"{prefix}.{k}"
-        if key in grads:
-            grads[key] += g
-        else:
-            grads[key] = g
-    return grads
-
-
 class Transformer(Module):
     """Encoder-decoder Transformer. ``Transformer(TransformerConfig())`` is the paper's base model."""
 
     def __init__(self, config: TransformerConfig | None = None, rng: np.random.Generator | int = 0,
                  dtype=np.float32) -> None:
-        super().__init__()
-        config = TransformerConfig() if config is None else config
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = c = config
-        rng = make_rng(rng)
-
-        def embeddings(vocab_size: int) -> Embeddings:
-            return Embeddings(vocab_size, c.d_model, c.max_len, c.positional, scale=True,
-                              dropout=c.dropout, rng=rng, dtype=dtype)
-
+        c, rng = init_model(self, TransformerConfig() if config is None else config, TransformerConfig, rng)
         if c.share_embeddings:
-            self.add_module("embed", embeddings(c.src_vocab_size))
+            self.add_module("embed", token_embeddings(c, c.src_vocab_size, c.max_len, rng, dtype))
             self._src_name = self._tgt_name = "embed"
         else:
-            self.add_module("src_embed", embeddings(c.src_vocab_size))
-            self.add_module("tgt_embed", embeddings(c.tgt_vocab_size))
+            self.add_module("src_embed", token_embeddings(c, c.src_vocab_size, c.max_len, rng, dtype))
+            self.add_module("tgt_embed", token_embeddings(c, c.tgt_vocab_size, c.max_len, rng, dtype))
             self._src_name, self._tgt_name = "src_embed", "tgt_embed"
-        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first, c.use_final_norm,
-                      c.eps, rng, dtype)
-        self.add_module("encoder", Encoder(c.n_encoder_layers, *layer_args))
-        self.add_module("decoder", Decoder(c.n_decoder_layers, *layer_args))
+        self.add_module("encoder", encoder_stack(c, c.n_encoder_layers, rng, dtype))
+        self.add_module("decoder", decoder_stack(c, c.n_decoder_layers, rng, dtype))
         if not c.tie_output:
             self.add_module("generator", Linear(c.d_model, c.tgt_vocab_size, rng=rng, dtype=dtype))
 
@@ -121,6 +93,12 @@ class Transformer(Module):
     @property
     def tgt_embedding(self) -> Embeddings:
         return self._children[self._tgt_name]
+
+    @property
+    def stack(self) -> TransformerStack:
+        """The encoder-decoder composition (nn/transformer.py) over this model's own ``encoder`` and
+        ``decoder`` (the arrays are shared). Not a child, so the state_dict keys stay ``encoder.*``/``decoder.*``."""
+        return TransformerStack.from_stacks(self.encoder, self.decoder)
 
     # -- public boundary ------------------------------------------------------------------------
     def check_inputs(self, src_ids=None, tgt_ids=None, rng=None):
@@ -170,7 +148,7 @@ class Transformer(Module):
             raise ValueError(f"tgt_in and tgt_out must have the same shape, got {tgt_in.shape} and {tgt_out.shape}")
         logits, cache = self._forward(src_ids, tgt_in, rng)                  # (B, T, V)
         loss, dlogits = sequence_loss(logits, tgt_out, self.config.pad_id, label_smoothing, "tgt_out")
-        return loss, self.backward(dlogits, cache)
+        return loss, self.backward(dlogits, cache)[1]
 
     # -- forward pieces -------------------------------------------------------------------------
     def _forward(self, src_ids, tgt_ids, rng):
@@ -181,57 +159,42 @@ class Transformer(Module):
     def _encode(self, src_ids, rng):
         src_mask = padding_mask(src_ids, self.config.pad_id)                # (B, 1, 1, S)
         x, c_emb = self.src_embedding.forward(src_ids, rng)                  # (B, S, E)
-        memory, c_enc = self.encoder.forward(x, mask=src_mask, rng=rng)     # (B, S, E)
+        memory, c_enc = self.stack.encode(x, mask=src_mask, rng=rng)        # (B, S, E)
         return memory, src_mask, (c_emb, c_enc)
 
     def _decode(self, tgt_ids, memory, src_mask, rng):
         tgt_keys = padding_mask(tgt_ids, self.config.pad_id)                # (B, 1, 1, T); causal added inside
         y, c_emb = self.tgt_embedding.forward(tgt_ids, rng)                  # (B, T, E)
-        h, c_dec = self.decoder.forward(y, memory, tgt_mask=tgt_keys, memory_mask=src_mask,
-                                        causal=True, rng=rng)               # (B, T, E)
+        h, c_dec = self.stack.decode(y, memory, tgt_mask=tgt_keys, memory_mask=src_mask,
+                                     causal=True, rng=rng)                  # (B, T, E)
         logits, c_out = self.project_output(h)                              # (B, T, V)
         return logits, (c_emb, c_dec, c_out)
 
     def project_output(self, h: np.ndarray):
         """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
-        if self.config.tie_output:
-            return linear_forward(h, self.tgt_embedding.tok.params["weight"])  # (..., V) = h E^T
-        return self.generator.forward(h)                                    # (..., V)
+        return output_forward(h, self.tgt_embedding, getattr(self, "generator", None))
 
     # -- backward -------------------------------------------------------------------------------
-    def backward(self, dlogits: np.ndarray, cache) -> dict:
-        """dlogits (B, T, V) -> grads, one entry per state_dict() key with the same shape."""
-        return self.backward_with_inputs(dlogits, cache)[0]
-
-    def backward_with_inputs(self, dlogits: np.ndarray, cache):
-        """Returns (grads, dinputs). The ids have no gradient; dinputs holds the gradients of
-        the loss with respect to the embedding layers' outputs, ``src_embeddings`` (B, S, E) and
-        ``tgt_embeddings`` (B, T, E), and to the encoder output ``memory`` (B, S, E)."""
+    def backward(self, dlogits: np.ndarray, cache):
+        """dlogits (B, T, V) -> (dinputs, grads), grads one entry per state_dict() key with the same
+        shape. The ids have no gradient; dinputs holds the gradients of the loss with respect to the
+        embedding layers' outputs, ``src_embeddings`` (B, S, E) and ``tgt_embeddings`` (B, T, E), and
+        to the encoder output ``memory`` (B, S, E)."""
         (c_src_emb, c_enc), (c_tgt_emb, c_dec, c_out) = cache
-        grads: dict = {}
-        table = f"{self._tgt_name}.tok.weight"
-        if self.config.tie_output:
-            dh, dw_out, _ = linear_backward(dlogits, c_out)                 # (B, T, E), (V, E)
-            # tied weights (paper 3.4): the table's gradient starts as the projection's; the
-            # embedding lookups' gradients are ADDED to it below
-            grads[table] = dw_out
-        else:
-            dh, g_gen = self.generator.backward(dlogits, c_out)
-            add_grads(grads, g_gen, "generator")
-        dy, dmemory, g_dec = self.decoder.backward(dh, c_dec)               # (B, T, E), (B, S, E)
-        add_grads(grads, g_dec, "decoder")
-        dx, g_enc = self.encoder.backward(dmemory, c_enc)                   # (B, S, E)
-        add_grads(grads, g_enc, "encoder")
-        _, g_tgt = self.tgt_embedding.backward(dy, c_tgt_emb)
-        accumulate(grads, g_tgt, self._tgt_name)                            # + the target lookup's
-        _, g_src = self.src_embedding.backward(dx, c_src_emb)
-        accumulate(grads, g_src, self._src_name)                            # shared table: + the source lookup's
-        return grads, {"src_embeddings": dx, "tgt_embeddings": dy, "memory": dmemory}
+        # tied weights (paper 3.4): the table's gradient starts as the projection's; the
+        # embedding lookups' gradients are ADDED to it below
+        dh, grads = output_backward(dlogits, c_out, self._tgt_name, getattr(self, "generator", None))
+        d, g_stack = self.stack.backward(dh, (c_enc, c_dec))             # decoder, then memory -> encoder
+        add_grads(grads, g_stack, "")
+        _, g_tgt = self.tgt_embedding.backward(d["tgt"], c_tgt_emb)
+        add_grads(grads, g_tgt, self._tgt_name, in_place=True)             # + the target lookup's
+        _, g_src = self.src_embedding.backward(d["src"], c_src_emb)
+        add_grads(grads, g_src, self._src_name, in_place=True)             # shared table: + the source's
+        return {"src_embeddings": d["src"], "tgt_embeddings": d["tgt"], "memory": d["memory"]}, grads
 
     # -- inspection -----------------------------------------------------------------------------
     def attention_weights(self, cache) -> dict:
         """{"encoder": [{"self": (B, H, S, S)}] per layer,
             "decoder": [{"self": (B, H, T, T), "cross": (B, H, T, S)}] per layer}."""
         (_, c_enc), (_, c_dec, _) = cache
-        return {"encoder": self.encoder.attention_weights(c_enc),
-                "decoder": self.decoder.attention_weights(c_dec)}
+        return self.stack.attention_weights((c_enc, c_dec))

@@ -21,11 +21,12 @@ import numpy as np
 from ..nn import Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from ..ops import cross_entropy_backward, cross_entropy_forward
-from .config import Config, check_bool, check_choice, check_float, check_heads, check_int, check_rng, make_rng
+from .blocks import encoder_stack, init_model
+from .config import BlockConfig, check_choice, check_images, check_int, check_patch_grid, check_rng
 
 
 @dataclass
-class ViTConfig(Config):
+class ViTConfig(BlockConfig):
     image_size: int = 8            # square images, pixels per side
     patch_size: int = 2            # P: a P x P patch becomes one token
     in_channels: int = 1           # C: 1 grey, 3 RGB
@@ -45,18 +46,11 @@ class ViTConfig(Config):
         for name in ("image_size", "patch_size", "in_channels", "n_classes", "d_model", "n_heads", "d_ff",
                      "n_layers"):
             check_int(name, getattr(self, name))
-        if self.image_size % self.patch_size:
-            raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
-        check_heads(self.d_model, self.n_heads)
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        check_choice("positional", self.positional, ("learned", "sinusoidal"))
+        check_patch_grid(self.image_size, self.patch_size)
+        self.check_block_fields()            # no final_norm field: a final norm exactly when pre-LN
         if self.positional == "sinusoidal" and self.d_model % 4:
             raise ValueError(f"2-D sinusoidal positions need d_model divisible by 4, got {self.d_model}")
-        check_choice("activation", self.activation, ("relu", "gelu"))
-        check_bool("norm_first", self.norm_first)
         check_choice("pool", self.pool, ("cls", "mean"))
-        if self.eps <= 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
 
     @property
     def n_patches(self) -> int:
@@ -65,31 +59,17 @@ class ViTConfig(Config):
 
 class ViT(Module):
     def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
-        super().__init__()
-        if not isinstance(config, ViTConfig):
-            raise TypeError(f"config must be a ViTConfig, got {type(config).__name__}")
-        rng = make_rng(rng)
-        self.config = c = config
+        c, rng = init_model(self, config, ViTConfig, rng)
         self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
                                                       cls_token=c.pool == "cls", positional=c.positional,
                                                       dropout=c.dropout, rng=rng, dtype=dtype))
-        self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
-                                           c.norm_first, final_norm=c.norm_first, eps=c.eps, rng=rng, dtype=dtype))
+        self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         self.add_module("head", Linear(c.d_model, c.n_classes, rng=rng, dtype=dtype))
 
     def check_inputs(self, images, rng=None) -> np.ndarray:
         """Validate images ((B, H, W, C) in the model's dtype, finite) and the rng."""
         check_rng(self, rng, self.config.dropout)
-        c = self.config
-        if not isinstance(images, np.ndarray) or images.ndim != 4 or \
-                images.shape[1:] != (c.image_size, c.image_size, c.in_channels) or not len(images):
-            raise ValueError(f"images must be an array of shape (B, {c.image_size}, {c.image_size}, "
-                             f"{c.in_channels}), got {getattr(images, 'shape', type(images).__name__)}")
-        if images.dtype != self.dtype:
-            raise TypeError(f"images must have the model's dtype {self.dtype}, got {images.dtype}")
-        if not np.isfinite(images).all():
-            raise ValueError("images contain NaN or inf")
-        return images
+        return check_images(images, self.config.image_size, self.config.in_channels, self.dtype)
 
     def forward(self, images: np.ndarray, rng=None):
         """images (B, H, W, C) in the model's dtype -> (logits (B, K), cache)."""
@@ -100,8 +80,8 @@ class ViT(Module):
         logits, c_head = self.head.forward(pooled)                # (B, K)
         return logits, (c_embed, c_enc, c_head, h.shape)
 
-    def backward(self, dlogits: np.ndarray, cache) -> dict:
-        """dlogits (B, K) -> grads, one per state_dict key."""
+    def backward(self, dlogits: np.ndarray, cache):
+        """dlogits (B, K) -> ({"images": d loss / d images (B, H, W, C)}, grads), grads one per state_dict key."""
         c_embed, c_enc, c_head, h_shape = cache
         grads: dict = {}
         dpooled, g = self.head.backward(dlogits, c_head)          # (B, E)
@@ -113,9 +93,9 @@ class ViT(Module):
             dh += dpooled[:, None, :] / dlogits.dtype.type(h_shape[1])
         dx, g = self.encoder.backward(dh, c_enc)
         add_grads(grads, g, "encoder")
-        _, g = self.patch_embed.backward(dx, c_embed)
+        dimages, g = self.patch_embed.backward(dx, c_embed)      # (B, H, W, C)
         add_grads(grads, g, "patch_embed")
-        return grads
+        return {"images": dimages}, grads
 
     def loss(self, images: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0, rng=None):
         """Mean cross-entropy of the class logits; returns (loss float, grads)."""
@@ -128,7 +108,7 @@ class ViT(Module):
                              f"min {labels.min()}, max {labels.max()}")
         logits, cache = self.forward(images, rng)
         loss, lc = cross_entropy_forward(logits, labels, label_smoothing=label_smoothing)
-        grads = self.backward(cross_entropy_backward(1.0, lc), cache)
+        _, grads = self.backward(cross_entropy_backward(1.0, lc), cache)
         return float(loss), grads
 
     def predict(self, images: np.ndarray, batch_size: int = 512) -> np.ndarray:

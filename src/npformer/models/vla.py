@@ -27,14 +27,23 @@ import numpy as np
 from ..nn import Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from ..ops import cross_entropy_backward, cross_entropy_forward
-from .config import (Config, check_bool, check_choice, check_float, check_heads, check_ids, check_int, check_pad_id,
-                     check_rng, make_rng)
+from .blocks import encoder_stack, init_model
+from .config import (
+    BlockConfig,
+    check_choice,
+    check_ids,
+    check_images,
+    check_int,
+    check_pad_id,
+    check_patch_grid,
+    check_rng,
+)
 
 N_ACTIONS = 2                      # pick, place
 
 
 @dataclass
-class VLAConfig(Config):
+class VLAConfig(BlockConfig):
     vocab_size: int                # word vocabulary, id pad_id is padding
     max_words: int = 16            # L: instructions are padded to this many words
     image_size: int = 32           # square RGB images, pixels per side
@@ -55,16 +64,10 @@ class VLAConfig(Config):
         for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "d_model", "n_heads",
                      "d_ff", "n_layers"):
             check_int(name, getattr(self, name))
-        if self.image_size % self.patch_size:
-            raise ValueError(f"image_size ({self.image_size}) must be a multiple of patch_size ({self.patch_size})")
-        check_heads(self.d_model, self.n_heads)
-        check_float("dropout", self.dropout, 0.0, 1.0)
-        check_choice("activation", self.activation, ("relu", "gelu"))
-        check_bool("norm_first", self.norm_first)
+        check_patch_grid(self.image_size, self.patch_size)
+        self.check_block_fields()            # no final_norm field: a final norm exactly when pre-LN
         check_pad_id(self.pad_id, self.vocab_size)
         check_choice("head", self.head, ("pointer", "linear"))
-        if self.eps <= 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
 
     @property
     def n_cells(self) -> int:
@@ -75,11 +78,7 @@ class VLA(Module):
     WORD, PATCH = 0, 1             # rows of type_embed
 
     def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
-        super().__init__()
-        if not isinstance(config, VLAConfig):
-            raise TypeError(f"config must be a VLAConfig, got {type(config).__name__}")
-        rng = make_rng(rng)
-        self.config = c = config
+        c, rng = init_model(self, config, VLAConfig, rng)
         self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
         self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional="learned",
                                                  dropout=c.dropout, rng=rng, dtype=dtype))
@@ -87,8 +86,7 @@ class VLA(Module):
                                                       cls_token=False, positional="learned", dropout=c.dropout,
                                                       rng=rng, dtype=dtype))
         self.add_module("type_embed", Embedding(2, c.d_model, rng=rng, dtype=dtype, std=0.02))
-        self.add_module("encoder", Encoder(c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
-                                           c.norm_first, final_norm=c.norm_first, eps=c.eps, rng=rng, dtype=dtype))
+        self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         out = c.d_model if c.head == "pointer" else c.n_cells
         self.add_module("pick_head", Linear(c.d_model, out, rng=rng, dtype=dtype))
         self.add_module("place_head", Linear(c.d_model, out, rng=rng, dtype=dtype))
@@ -107,15 +105,8 @@ class VLA(Module):
         c = self.config
         check_rng(self, rng, c.dropout)
         word_ids = check_ids(word_ids, "word_ids", c.vocab_size, c.max_words)
-        if not isinstance(images, np.ndarray) or images.shape != (len(word_ids), c.image_size, c.image_size,
-                                                                  c.in_channels):
-            raise ValueError(f"images must be an array of shape ({len(word_ids)}, {c.image_size}, {c.image_size}, "
-                             f"{c.in_channels}) to go with word_ids {word_ids.shape}, "
-                             f"got {getattr(images, 'shape', type(images).__name__)}")
-        if images.dtype != self.dtype:
-            raise TypeError(f"images must have the model's dtype {self.dtype}, got {images.dtype}")
-        if not np.isfinite(images).all():
-            raise ValueError("images contain NaN or inf")
+        images = check_images(images, c.image_size, c.in_channels, self.dtype, batch=len(word_ids),
+                              context=f" to go with word_ids {word_ids.shape}")
         return word_ids, images
 
     def forward(self, word_ids: np.ndarray, images: np.ndarray, rng=None):
@@ -144,8 +135,9 @@ class VLA(Module):
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
 
-    def backward(self, dlogits: np.ndarray, cache) -> dict:
-        """dlogits (B, 2, N) -> grads, one per state_dict key."""
+    def backward(self, dlogits: np.ndarray, cache):
+        """dlogits (B, 2, N) -> ({"images": d loss / d images (B, H, W, C)}, grads), grads one per
+        state_dict key. The word ids have no gradient."""
         c_w, c_p, c_enc, c_pick, c_place, c_key, h_shape, n_words = cache
         lay = self.layout(n_words)
         grads: dict = {}
@@ -172,9 +164,9 @@ class VLA(Module):
         grads["type_embed.weight"] = dtype_w
         _, g = self.word_embed.backward(dxw, c_w)
         add_grads(grads, g, "word_embed")
-        _, g = self.patch_embed.backward(dxp, c_p)
+        dimages, g = self.patch_embed.backward(dxp, c_p)          # (B, H, W, C)
         add_grads(grads, g, "patch_embed")
-        return grads
+        return {"images": dimages}, grads
 
     def loss(self, word_ids, images, actions, label_smoothing: float = 0.0, rng=None):
         """Mean cross-entropy over both action tokens; actions (B, 2) int [pick, place]. Returns (loss, grads)."""
@@ -190,7 +182,7 @@ class VLA(Module):
         loss, lc = cross_entropy_forward(logits.reshape(b * a, n), actions.reshape(b * a),
                                          label_smoothing=label_smoothing)
         dlogits = cross_entropy_backward(1.0, lc).reshape(b, a, n)
-        return float(loss), self.backward(dlogits, cache)
+        return float(loss), self.backward(dlogits, cache)[1]
 
     def act(self, word_ids: np.ndarray, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
         """Predicted (pick, place) cells (B, 2), in eval mode, in batches."""

@@ -1,0 +1,90 @@
+"""The pieces the models are built from, written once and shared by every model.
+
+    init_model         Module's set-up, the config's type check and the generator
+    token_embeddings   dropout(E[ids] * sqrt(d) + P)                          (paper 3.4, 3.5)
+    encoder_stack      N encoder layers (+ final norm) from a BlockConfig
+    decoder_stack      N decoder layers (+ final norm) from a BlockConfig
+    output_forward     logits = h W_out^T, W_out = the token table when tied  (paper 3.4)
+    output_backward    its gradient: the tied table's starts here, the lookups' are added later
+    sequence_loss      mean token cross-entropy over the positions not ignored
+
+Dimension legend: B batch, T positions, E model width, V vocabulary.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads
+from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
+from .config import check_float, make_rng
+
+
+def init_model(model: Module, config, config_cls: type, rng) -> tuple:
+    """The first lines of every model's ``__init__``: ``Module.__init__``, a TypeError unless
+    ``config`` is a ``config_cls``, ``model.config = config``. Returns (config, Generator)."""
+    Module.__init__(model)
+    if not isinstance(config, config_cls):
+        name = config_cls.__name__
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise TypeError(f"config must be {article} {name}, got {type(config).__name__}")
+    model.config = config
+    return config, make_rng(rng)
+
+
+def token_embeddings(c, vocab_size: int, max_len: int, rng: np.random.Generator, dtype) -> Embeddings:
+    """Token table scaled by sqrt(d_model), plus c.positional positions, then dropout."""
+    return Embeddings(vocab_size, c.d_model, max_len, c.positional, scale=True, dropout=c.dropout, rng=rng,
+                      dtype=dtype)
+
+
+def _layer_args(c) -> tuple:
+    """The block hyper-parameters every layer of a stack takes, in Encoder/Decoder's order."""
+    return c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first, c.use_final_norm, c.eps
+
+
+def encoder_stack(c, n_layers: int, rng: np.random.Generator, dtype) -> Encoder:
+    """N encoder layers as the BlockConfig ``c`` says, with a final norm when ``c.use_final_norm``."""
+    return Encoder(n_layers, *_layer_args(c), rng, dtype)
+
+
+def decoder_stack(c, n_layers: int, rng: np.random.Generator, dtype) -> Decoder:
+    """N decoder layers as the BlockConfig ``c`` says, with a final norm when ``c.use_final_norm``."""
+    return Decoder(n_layers, *_layer_args(c), rng, dtype)
+
+
+def output_forward(h: np.ndarray, table: Embeddings, generator: Linear | None):
+    """The pre-softmax projection h (..., E) -> (logits (..., V), cache): tied to the token
+    table (paper 3.4) when ``generator`` is None, else the generator Linear."""
+    if generator is None:
+        return linear_forward(h, table.tok.params["weight"])              # (..., V) = h E^T
+    return generator.forward(h)                                           # (..., V)
+
+
+def output_backward(dlogits: np.ndarray, cache, table_name: str, generator: Linear | None):
+    """dlogits (..., V) -> (dh (..., E), grads). Tied: grads holds f"{table_name}.tok.weight", to
+    which the caller ADDS the embedding lookups' gradients (``add_grads(..., in_place=True)``);
+    untied: "generator.*"."""
+    grads: dict = {}
+    if generator is None:
+        dh, dw_out, _ = linear_backward(dlogits, cache)                   # (..., E), (V, E)
+        grads[f"{table_name}.tok.weight"] = dw_out
+    else:
+        dh, g_gen = generator.backward(dlogits, cache)
+        add_grads(grads, g_gen, "generator")
+    return dh, grads
+
+
+def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,
+                  name: str = "targets"):
+    """Mean token cross-entropy over the rows whose target is not ``ignore_index``.
+
+    logits (..., C), targets (...) int -> (loss float, dlogits (..., C))."""
+    check_float("label_smoothing", label_smoothing, 0.0, 1.0)
+    if not np.any(targets != ignore_index):
+        raise ValueError(f"{name} holds only ignored positions (ignore index {ignore_index}): nothing to score")
+    c = logits.shape[-1]
+    flat, cache = cross_entropy_forward(logits.reshape(-1, c), targets.reshape(-1),
+                                        ignore_index=ignore_index, label_smoothing=float(label_smoothing))
+    dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
+    return float(flat), dlogits
+
