@@ -1,5 +1,6 @@
 """`npformer lesson` prints the lesson's output lines digit for digit, then the one-step-further
 results, and `--section N` runs one section."""
+import itertools
 import re
 
 import pytest
@@ -57,7 +58,7 @@ def test_one_step_further_results(full_output):
     rows = re.findall(r"^\s+(\d+) \|\s+([\d.]+) \|\s+([\d.]+)$", out, flags=re.M)
     assert [int(r[0]) for r in rows] == [4, 16, 64, 256, 1024]
     unscaled, scaled = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
-    assert all(a < b for a, b in zip(unscaled, unscaled[1:])) and unscaled[-1] > 0.95
+    assert all(a < b for a, b in itertools.pairwise(unscaled)) and unscaled[-1] > 0.95
     assert max(scaled) - min(scaled) < 0.05 and max(scaled) < 0.5
     # layer norm: mean 0, variance 1 per token at large enough scales; the eps note is there
     assert "eps outside the square root" in out and "sqrt(var + eps)" in out
@@ -79,7 +80,7 @@ def test_one_section(capsys, n):
     out = capsys.readouterr().out
     headers = re.findall(r"^(\d)\. ", out, flags=re.M)
     assert headers == [str(n)]
-    for line, sec in zip(LESSON_LINES, SECTION_OF):
+    for line, sec in zip(LESSON_LINES, SECTION_OF, strict=True):
         assert (line in out.splitlines()) == (sec == n)
 
 

@@ -29,6 +29,17 @@ def _header(n: int, out) -> None:
     out("=" * len(title))
 
 
+def _say(out, text: str) -> None:
+    """Print a paragraph of prose line by line (each line of ``text`` is one printed line)."""
+    for line in text.split("\n"):
+        out(line)
+
+
+MASK_NOTE = """\
+Masked scores are set to -inf before the softmax, so exp gives exactly 0 there and the
+remaining weights are renormalised: the first token can only attend to itself (weight 1)."""
+
+
 def section_1(out=print) -> None:
     _header(1, out)
     tokens = ["red", "block", "box"]
@@ -52,8 +63,13 @@ def section_1(out=print) -> None:
     out(f"each row still sums to: {np.round(sums, 2).tolist()} (largest gap to 1: {np.abs(sums - 1).max():.1e})")
     out(f"weight on future tokens (the {int(future.sum())} entries above the diagonal): "
         f"largest {wc[future].max()}, all exactly 0: {bool(np.all(wc[future] == 0))}")
-    out("Masked scores are set to -inf before the softmax, so exp gives exactly 0 there and the")
-    out("remaining weights are renormalised: the first token can only attend to itself (weight 1).")
+    _say(out, MASK_NOTE)
+
+
+SCALING_NOTE = """\
+Without scaling, the dot products grow like sqrt(d) and the softmax puts almost all the
+weight on one key: the mean biggest weight climbs toward 1. With scaling the scores keep
+unit variance and the mean biggest weight stays about the same at every d (5 equal keys would give 0.2)."""
 
 
 def section_2(out=print) -> None:
@@ -77,9 +93,20 @@ def section_2(out=print) -> None:
         raw, _ = softmax_forward((q @ np.swapaxes(keys, 1, 2))[:, 0])  # (draws, 5)
         _, scaled = attention(q, keys, keys)                          # (draws, 1, 5)
         out(f"  {d:5d} | {raw.max(axis=-1).mean():29.3f} | {scaled.max(axis=-1).mean():19.3f}")
-    out("Without scaling, the dot products grow like sqrt(d) and the softmax puts almost all the")
-    out("weight on one key: the mean biggest weight climbs toward 1. With scaling the scores keep")
-    out("unit variance and the mean biggest weight stays about the same at every d (5 equal keys would give 0.2).")
+    _say(out, SCALING_NOTE)
+
+
+EPS_PLACE_NOTE = """\
+Note: npformer's layer norm is the paper's and torch.nn.LayerNorm's, (x - mean) / sqrt(var + eps);
+the lesson's toy puts eps outside the square root, (x - mean) / (std + eps). On this block
+(std near 1) the two outputs differ by at most {gap}; the table below shows where
+the difference grows.
+"""
+EPS_NOTE = """\
+Every token comes out with mean 0 (to rounding) and variance var / (var + eps): 1 whatever
+the input's scale as long as the token's variance is far above eps = 1e-5. Once the variance
+nears eps, eps takes over and the output shrinks, which is its job: a nearly constant token is
+not blown up into noise. That is also where eps inside or outside the square root differ."""
 
 
 def section_3(out=print) -> None:
@@ -96,11 +123,7 @@ def section_3(out=print) -> None:
     block_out, _ = layernorm_forward(v.copy(), ones, zeros, eps=1e-5)  # (T, E)
     out(f"block output shape (same as input): {block_out.shape}")
     toy = (v - v.mean(axis=-1, keepdims=True)) / (v.std(axis=-1, keepdims=True) + 1e-5)
-    out("Note: npformer's layer norm is the paper's and torch.nn.LayerNorm's, (x - mean) / sqrt(var + eps);")
-    out("the lesson's toy puts eps outside the square root, (x - mean) / (std + eps). On this block")
-    out(f"(std near 1) the two outputs differ by at most {np.abs(block_out - toy).max():.1e}; the table below shows where")
-    out("the difference grows.")
-    out("")
+    _say(out, EPS_PLACE_NOTE.format(gap=f"{np.abs(block_out - toy).max():.1e}"))   # ends with a blank line
     out("One step further: layer norm (eps = 1e-5) of 6 tokens of 512 numbers, scale * (N(0, 1) + 3).")
     rng = np.random.default_rng(2)
     base = rng.normal(size=(n_tokens, d_model)) + 3.0                 # (T, E) shifted away from mean 0
@@ -112,10 +135,15 @@ def section_3(out=print) -> None:
         var, toy_var = y.var(axis=-1), toy.var(axis=-1)               # (T,), (T,)
         out(f"  {scale:>11g} | {np.abs(y.mean(axis=-1)).max():>25.1e} | {var.min():.6f} to {var.max():.6f}      "
             f"| {toy_var.min():.6f} to {toy_var.max():.6f}")
-    out("Every token comes out with mean 0 (to rounding) and variance var / (var + eps): 1 whatever")
-    out("the input's scale as long as the token's variance is far above eps = 1e-5. Once the variance")
-    out("nears eps, eps takes over and the output shrinks, which is its job: a nearly constant token is")
-    out("not blown up into noise. That is also where eps inside or outside the square root differ.")
+    _say(out, EPS_NOTE)
+
+
+POSITIONS_INTRO = """\
+One step further: add the paper's sinusoidal positions (sin on even, cos on odd dimensions)
+to the tokens before attending, then shuffle the tokens again; the positions stay in place."""
+POSITIONS_NOTE = """\
+A token now carries where it stands, so moving it changes what it reads and what it returns:
+the order of the input finally matters."""
 
 
 def section_4(out=print) -> None:
@@ -127,8 +155,7 @@ def section_4(out=print) -> None:
     y_perm, _ = attention(x[perm], x[perm], x[perm])                  # (T, E)
     out(f"shuffling the tokens just shuffles the outputs: {np.allclose(y_perm, y[perm])}")
     out("")
-    out("One step further: add the paper's sinusoidal positions (sin on even, cos on odd dimensions)")
-    out("to the tokens before attending, then shuffle the tokens again; the positions stay in place.")
+    _say(out, POSITIONS_INTRO)
     pe = sinusoidal_positions(5, 8, dtype=np.float64)                 # (T, E)
     xp = x + pe                                                       # (T, E) token + its position
     xs = x[perm] + pe                                                 # (T, E) shuffled tokens, same positions
@@ -137,10 +164,13 @@ def section_4(out=print) -> None:
     same = np.allclose(ys, yp[perm])
     out(f"with positions, shuffling the tokens just shuffles the outputs: {same} "
         f"(outputs differ by up to {np.abs(ys - yp[perm]).max():.2f})")
-    out("A token now carries where it stands, so moving it changes what it reads and what it returns:")
-    out("the order of the input finally matters.")
+    _say(out, POSITIONS_NOTE)
 
 
+INTRO = """\
+The lesson's four demonstrations, run through npformer's own functions;
+each prints the lesson's lines, then goes one step further.
+"""
 RUNNERS = {1: section_1, 2: section_2, 3: section_3, 4: section_4}
 
 
@@ -149,9 +179,7 @@ def run(section: int | None = None, out=print) -> None:
     if section is not None and section not in RUNNERS:
         raise ValueError(f"--section must be 1, 2, 3 or 4, got {section}")
     if section is None:
-        out("The lesson's four demonstrations, run through npformer's own functions;")
-        out("each prints the lesson's lines, then goes one step further.")
-        out("")
+        _say(out, INTRO)
     for n in ([section] if section is not None else sorted(RUNNERS)):
         if n != (section or 1):
             out("")

@@ -3,11 +3,10 @@ import itertools
 
 import numpy as np
 import pytest
+from decode_models import BOS, EOS, greedy_gap, make_lm, make_seq2seq, sources
 
 from npformer.decode import beam_search, greedy, length_penalty, sample, sample_next, strip_eos
 from npformer.ops import log_softmax
-
-from decode_models import BOS, EOS, greedy_gap, make_lm, make_seq2seq, sources
 
 
 def naive_greedy(model, src, max_new):
@@ -40,7 +39,7 @@ def test_greedy_equals_naive_loop(rng):
     assert gap > 1e-4 * scale                             # no near-tie that rounding could flip
     want = naive_greedy(model, src, 12)
     assert len({len(w) for w in want}) > 1                # rows end at different steps
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g[:len(w)], w)
         assert (g[len(w):] == EOS).all()                  # finished rows keep emitting EOS
     assert [len(r) for r in strip_eos(got, EOS)] == [len(w) - (w[-1] == EOS) for w in want]
@@ -74,7 +73,7 @@ def test_beam_one_without_penalty_is_greedy(rng):
     assert gap > 1e-4 * scale
     g = strip_eos(g, EOS)
     beams = beam_search(model, np.full((5, 1), BOS), 12, src_ids=src, eos_id=EOS, beam=1, alpha=0.0)
-    for gi, (hyp,) in zip(g, beams):
+    for gi, (hyp,) in zip(g, beams, strict=True):
         np.testing.assert_array_equal(strip_eos(hyp.tokens[None], EOS)[0], gi)
 
 
@@ -84,7 +83,7 @@ def test_beam_scores_sorted_and_equal_logprob_over_penalty(alpha, rng):
     src = sources(rng, b=3)
     results = beam_search(model, np.full((3, 1), BOS), 10, src_ids=src, eos_id=EOS, beam=4, alpha=alpha)
     assert len(results) == 3
-    for row, hyps in zip(src, results):
+    for row, hyps in zip(src, results, strict=True):
         assert len(hyps) == 4
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True)
@@ -105,7 +104,7 @@ def test_wide_beam_finds_the_exhaustive_best(alpha, rng):
     src = rng.integers(3, v, (2, 4))
     results = beam_search(model, np.full((2, 1), BOS), max_new, src_ids=src, eos_id=EOS,
                           beam=v ** (max_new - 1), alpha=alpha)
-    for row, hyps in zip(src, results):
+    for row, hyps in zip(src, results, strict=True):
         best = -np.inf
         for n in range(1, max_new + 1):
             for seq in itertools.product(range(v), repeat=n):
@@ -129,7 +128,7 @@ def test_beam_search_lm_scores_equal_logprob_over_penalty(alpha, rng):
     prompt = rng.integers(0, 12, (2, 2))
     res = beam_search(model, prompt, 6, beam=3, alpha=alpha)
     assert [len(r) for r in res] == [3, 3]
-    for row, hyps in zip(prompt, res):
+    for row, hyps in zip(prompt, res, strict=True):
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in hyps}) == 3                # no duplicates
@@ -146,13 +145,13 @@ def test_lm_beam_one_is_greedy_and_a_wide_beam_is_exhaustive(rng):
     g = greedy(model, prompt, 5)
     gap, scale = greedy_gap(model, g, prompt=prompt)
     assert gap > 1e-4 * scale                             # no near-tie that rounding could flip
-    for gi, (hyp,) in zip(g, beam_search(model, prompt, 5, beam=1)):
+    for gi, (hyp,) in zip(g, beam_search(model, prompt, 5, beam=1), strict=True):
         np.testing.assert_array_equal(hyp.tokens, gi)
     v, max_new = 4, 3
     small = make_lm(np.float64, tie=False, vocab=v, seed=5)
     prompt = rng.integers(0, v, (2, 2))
     results = beam_search(small, prompt, max_new, beam=v ** (max_new - 1))
-    for row, hyps in zip(prompt, results):                # every sequence has the same length, so the same penalty
+    for row, hyps in zip(prompt, results, strict=True):   # every sequence has the same length, so the same penalty
         best = max(lm_logprob(small, row, list(seq)) for seq in itertools.product(range(v), repeat=max_new))
         assert hyps[0].logprob == pytest.approx(best, abs=1e-9)
 
@@ -173,7 +172,7 @@ def test_top_k_never_leaves_the_top_k():
     top3 = np.argsort(-logits, axis=-1)[:, :3]
     for _ in range(50):
         ids = sample_next(logits, gen, temperature=2.0, top_k=3)
-        assert all(i in t for i, t in zip(ids, top3))
+        assert all(i in t for i, t in zip(ids, top3, strict=True))
     ids = sample_next(logits, gen, top_k=1)
     np.testing.assert_array_equal(ids, logits.argmax(-1))
 
@@ -242,7 +241,7 @@ class Scripted:
 
     def step(self, ids):
         if self.fed:                                      # after the prefix: record what was chosen
-            for h, t in zip(self.hist, ids[:, 0]):
+            for h, t in zip(self.hist, ids[:, 0], strict=True):
                 h.append(int(t))
         self.fed += 1
         with np.errstate(divide="ignore"):

@@ -1,8 +1,8 @@
 """Fixtures of the training tests."""
 import pytest
+from train_helpers import TINY_MODEL, tiny_config, tiny_task
 
 from npformer.train.trainer import Trainer
-from train_helpers import TINY_MODEL, tiny_config, tiny_task
 
 
 @pytest.fixture

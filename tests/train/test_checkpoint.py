@@ -7,8 +7,10 @@ import textwrap
 import numpy as np
 import pytest
 
+from npformer import files
+from npformer.files import atomic_write_bytes
 from npformer.train import checkpoint as ck
-from npformer.train.checkpoint import atomic_write_bytes, load_run, read_safetensors
+from npformer.train.checkpoint import load_run, read_safetensors
 from npformer.train.trainer import Trainer
 
 FILES = ("model.safetensors", "optimizer.safetensors", "trainer_state.json")
@@ -24,7 +26,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
 
     def broken_fsync(fd):
         raise OSError("disk full")
-    monkeypatch.setattr(ck.os, "fsync", broken_fsync)
+    monkeypatch.setattr(files.os, "fsync", broken_fsync)
     with pytest.raises(OSError, match="disk full"):
         atomic_write_bytes(path, b"new" * 1000)
     assert path.read_bytes() == b"old"

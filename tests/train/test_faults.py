@@ -10,12 +10,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from npformer.cli import main
-from npformer.train import checkpoint as ck
-from npformer.train.checkpoint import LOCK, RunLock, RunLocked, WriteError, load_run
-from npformer.train.trainer import Trainer
 from train_helpers import TINY_MODEL, losses, tiny_config, tiny_task
+
+from npformer import files
+from npformer.cli import main
+from npformer.files import WriteError
+from npformer.train import checkpoint as ck
+from npformer.train.checkpoint import LOCK, RunLock, RunLocked, load_run
+from npformer.train.trainer import Trainer
 
 HERE = Path(__file__).parent
 TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
@@ -145,9 +147,9 @@ def test_write_error_names_the_file_and_the_cause(tmp_path, monkeypatch):
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(ck.os, "fsync", full)
+    monkeypatch.setattr(files.os, "fsync", full)
     with pytest.raises(WriteError) as e:
-        ck.atomic_write_json(path, {"new": 1})
+        files.atomic_write_json(path, {"new": 1})
     assert str(e.value) == f"cannot write {path}: No space left on device"
     assert e.value.errno == errno.ENOSPC
     assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["f.json"]

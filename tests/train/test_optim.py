@@ -1,12 +1,12 @@
 """Adam/AdamW against torch.optim in float64; schedules against the paper's formula; clipping
 against torch.nn.utils.clip_grad_norm_."""
+import itertools
 import math
 
 import numpy as np
 import pytest
 
 from npformer.train import Adam, AdamW, clip_by_global_norm, cosine_lr, global_norm, make_schedule, noam_lr
-
 from oracles import require
 
 torch = require("torch")
@@ -40,7 +40,7 @@ def test_matches_torch_in_float64(kind, wd):
         fn(tp, [torch.tensor(grads[k]) for k in keys], tm, tv, [], tsteps, foreach=False, amsgrad=False,
            beta1=0.9, beta2=0.98, lr=lr, weight_decay=wd, eps=1e-9, maximize=False)
         opt.step(grads, lr=lr)
-        for k, p in zip(keys, tp):
+        for k, p in zip(keys, tp, strict=True):
             np.testing.assert_allclose(params[k], p.numpy(), rtol=1e-13, atol=1e-14)
     assert {k: id(v) for k, v in params.items()} == arrays_before      # updated in place
     for i, k in enumerate(keys):                                        # the moments too
@@ -109,7 +109,7 @@ def test_cosine_schedule():
     assert cosine_lr(total, peak, w, total, floor) == pytest.approx(floor)
     assert cosine_lr(total + 50, peak, w, total, floor) == floor
     lrs = [cosine_lr(s, peak, w, total, floor) for s in range(w, total + 1)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))                   # monotone after warmup
+    assert all(a >= b for a, b in itertools.pairwise(lrs))                   # monotone after warmup
     assert cosine_lr(3, peak, 10, 5) == pytest.approx(peak * 0.3)        # a run shorter than its warmup
     with pytest.raises(ValueError, match="number of steps"):
         make_schedule("cosine", d_model=8, warmup=1, lr=1e-3, lr_scale=1.0, total_steps=None, min_lr=0.0)

@@ -5,12 +5,11 @@ import signal
 
 import numpy as np
 import pytest
+from train_helpers import assert_same_weights, losses, weights
 
 from npformer.train.checkpoint import load_run, read_safetensors
 from npformer.train.trainer import Trainer, TrainingDiverged
-
 from oracles import require
-from train_helpers import assert_same_weights, losses, weights
 
 
 def _interrupt_at(trainer, call: int, how: str):
@@ -181,7 +180,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(tmp_path):
     src, tgt_in, tgt_out = task.encode_pairs(pairs)
     out = greedy(model, np.full((len(pairs), 1), v.bos_id), task.max_target_len, src_ids=src, eos_id=v.eos_id)
     decoded = [v.decode(ids) for ids in strip_eos(out, v.eos_id)]
-    greedy_exact = np.array([d == t for d, (_, t) in zip(decoded, pairs)])          # (N,)
+    greedy_exact = np.array([d == t for d, (_, t) in zip(decoded, pairs, strict=True)])          # (N,)
 
     logits, _ = model.forward(src, tgt_in)                                        # (N, T, V) teacher forced
     top2 = np.sort(logits, axis=-1)[..., -2:]                                     # (N, T, 2)

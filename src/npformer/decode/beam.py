@@ -71,25 +71,13 @@ def beam_search_stepper(stepper, prefix: np.ndarray, max_new: int, *, eos_id: in
         top = np.argsort(-cand, axis=-1, kind="stable")[:, :n_cand]      # (B, 2K), best first
         new_scores = np.full((n_src, k), -np.inf)                        # (B, K)
         new_origin = np.zeros((n_src, k), dtype=np.int64)                 # (B, K) beam extended
-        new_token = np.full((n_src, k), eos_id if eos_id is not None else 0, dtype=np.int64)
+        new_token = np.full((n_src, k), eos_id if eos_id is not None else 0, dtype=np.int64)  # (B, K)
         for b in range(n_src):
             if done[b]:
                 continue
-            alive = 0
-            for rank, flat in enumerate(top[b]):
-                s = cand[b, flat]
-                if not np.isfinite(s) or alive == k:
-                    break
-                origin, tok = divmod(int(flat), v)
-                if eos_id is not None and tok == eos_id:
-                    if rank < k:                                          # it would have been kept
-                        seq = np.append(tokens[b, origin], tok)
-                        finished[b].append(Hypothesis(seq, float(s / length_penalty(n, alpha)),
-                                                      float(s), True))
-                    continue
-                new_scores[b, alive], new_origin[b, alive], new_token[b, alive] = s, origin, tok
-                alive += 1
-            finished[b] = sorted(finished[b], key=lambda h: -h.score)[:k]
+            new_scores[b], new_origin[b], new_token[b], ended = _expand(cand[b], top[b], tokens[b], v, eos_id,
+                                                                         n, alpha)
+            finished[b] = sorted(finished[b] + ended, key=lambda h: -h.score)[:k]
             done[b] = _is_done(finished[b], new_scores[b], k, n, max_new, alpha)
         scores = new_scores
         tokens = np.concatenate([np.take_along_axis(tokens, new_origin[:, :, None], axis=1),
@@ -99,19 +87,47 @@ def beam_search_stepper(stepper, prefix: np.ndarray, max_new: int, *, eos_id: in
         rows = (np.arange(n_src)[:, None] * k + new_origin).reshape(-1)   # (B*K,)
         stepper.reorder(rows)
         logp = log_softmax(stepper.step(new_token.reshape(-1, 1))[:, -1].astype(np.float64))  # (B*K, V)
+    return [_final_hypotheses(finished[b], scores[b], tokens[b], k, alpha) for b in range(n_src)]
 
-    results = []
-    for b in range(n_src):
-        hyps = list(finished[b])
-        if len(hyps) < k:                                                 # ran out of steps: unfinished ones too
-            n = tokens.shape[2]
-            for j in np.argsort(-scores[b], kind="stable"):
-                if np.isfinite(scores[b, j]) and len(hyps) < k:
-                    hyps.append(Hypothesis(tokens[b, j].copy(),
-                                           float(scores[b, j] / length_penalty(n, alpha)),
-                                           float(scores[b, j]), False))
-        results.append(sorted(hyps, key=lambda h: -h.score)[:k])
-    return results
+
+def _expand(cand: np.ndarray, top: np.ndarray, tokens: np.ndarray, v: int, eos_id: int | None, n: int,
+            alpha: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Hypothesis]]:
+    """One source's step. ``cand`` (K*V,) are the extensions' log-probs, ``top`` (2K,) the best of
+    them in order, ``tokens`` (K, n-1) the live beams. Returns the K live beams' (scores, origin
+    beam, new token), each (K,), and the hypotheses that ended in EOS among the K best."""
+    k = tokens.shape[0]
+    scores = np.full(k, -np.inf)                                          # (K,)
+    origin = np.zeros(k, dtype=np.int64)                                  # (K,)
+    token = np.full(k, eos_id if eos_id is not None else 0, dtype=np.int64)  # (K,)
+    ended: list[Hypothesis] = []
+    alive = 0
+    for rank, flat in enumerate(top):
+        s = cand[flat]
+        if not np.isfinite(s) or alive == k:
+            break
+        beam, tok = divmod(int(flat), v)
+        if eos_id is not None and tok == eos_id:
+            if rank < k:                                                  # it would have been kept
+                seq = np.append(tokens[beam], tok)                        # (n,)
+                ended.append(Hypothesis(seq, float(s / length_penalty(n, alpha)), float(s), True))
+            continue
+        scores[alive], origin[alive], token[alive] = s, beam, tok
+        alive += 1
+    return scores, origin, token, ended
+
+
+def _final_hypotheses(finished: list[Hypothesis], scores: np.ndarray, tokens: np.ndarray, k: int,
+                      alpha: float) -> list[Hypothesis]:
+    """One source's result: its finished hypotheses, topped up with its best live beams (``scores``
+    (K,), ``tokens`` (K, N)) when fewer than K finished; best first."""
+    hyps = list(finished)
+    if len(hyps) < k:                                                     # ran out of steps: unfinished ones too
+        n = tokens.shape[1]
+        for j in np.argsort(-scores, kind="stable"):
+            if np.isfinite(scores[j]) and len(hyps) < k:
+                hyps.append(Hypothesis(tokens[j].copy(), float(scores[j] / length_penalty(n, alpha)),
+                                       float(scores[j]), False))
+    return sorted(hyps, key=lambda h: -h.score)[:k]
 
 
 def _is_done(finished: list[Hypothesis], live_scores: np.ndarray, k: int, n: int, max_new: int,

@@ -1,4 +1,4 @@
-"""Run directories and crash-safe files.
+"""Run directories and checkpoints.
 
 A run directory holds
 
@@ -10,18 +10,14 @@ A run directory holds
     log.csv, eval.csv       the training and evaluation logs; curves.png, their plot
     train.lock              present while a process trains the run (see ``RunLock``)
 
-Every file is written atomically: the bytes go to a temporary file in the same directory, which is
-flushed to disk (fsync) and then renamed over the old file (``os.replace``, atomic on POSIX and
-Windows). A crash leaves either the old file or the new one, never a torn one.
+Every file is written atomically, with ``npformer.files`` (temporary file, fsync, rename; a failed
+write raises ``files.WriteError`` naming the file and leaves the old file as it was).
 
 A checkpoint is three files. ``save_checkpoint`` first writes all three to temporary files, so a
 crash while writing (the slow part) leaves the last good checkpoint untouched; only then does it
 rename them, model, optimizer and trainer state last. Each carries its step, and loading checks they
 agree, so a crash in the microseconds between two renames is reported, not silently resumed.
 No pickle anywhere: safetensors for arrays, JSON for the rest.
-
-A failed write (disk full, a file-size limit, no permission) raises ``WriteError``, one message that
-names the file and the cause; its temporary file is removed and the old file stays as it was.
 
 One process at a time trains a run: ``RunLock`` holds an OS lock (``fcntl.flock``) on ``train.lock``
 in the directory. The kernel drops such a lock when its process ends, however it ends, so a crash or
@@ -30,132 +26,18 @@ in the directory. The kernel drops such a lock when its process ends, however it
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from ..files import _fsync_dir, _stage, writing
+
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
     "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
 LOCK = "train.lock"
-
-
-class WriteError(OSError):
-    """A file could not be written: "cannot write PATH: CAUSE" (e.g. "No space left on device").
-    ``errno`` is the cause's; ``path`` the file meant, not its temporary."""
-
-    def __init__(self, path, cause: OSError) -> None:
-        super().__init__(f"cannot write {path}: {cause.strerror or cause}")
-        self.errno, self.path = cause.errno, Path(path)
-
-
-@contextlib.contextmanager
-def writing(path):
-    """Within the block, an OSError becomes a WriteError naming ``path``."""
-    try:
-        yield
-    except WriteError:
-        raise
-    except OSError as e:
-        raise WriteError(path, e) from None
-
-
-# -- atomic files ---------------------------------------------------------------------------------
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:                                                     # e.g. Windows: directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _current_umask()
-
-
-@contextlib.contextmanager
-def _staging(path: Path):
-    """Yields (binary file, its path): a new temporary file next to ``path``, flushed to disk (fsync)
-    after the block. On any exception, Ctrl-C included, it is removed. The caller renames it."""
-    with writing(path):
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    tmp = Path(name)
-    f = os.fdopen(fd, "wb")
-    try:
-        if hasattr(os, "fchmod"):                                     # mkstemp makes 0600; give the usual mode
-            with writing(path):
-                os.fchmod(fd, 0o666 & ~_UMASK)
-        yield f, tmp
-        with writing(path):
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-    except BaseException:
-        with contextlib.suppress(OSError):                            # its buffer may not fit either
-            f.close()
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _stage(path: Path, data: bytes) -> Path:
-    """Write ``data`` to a new temporary file next to ``path``, flushed to disk; returns its path."""
-    with _staging(path) as (f, tmp), writing(path):
-        f.write(data)
-    return tmp
-
-
-def _commit(tmp: Path, path: Path) -> None:
-    try:
-        with writing(path):
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_bytes(path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temporary file + fsync + rename)."""
-    path = Path(path)
-    _commit(_stage(path, data), path)
-
-
-@contextlib.contextmanager
-def atomic_writer(path):
-    """Stream bytes into ``path`` atomically: yields a binary file (a temporary next to ``path``);
-    a clean end of the block flushes it to disk and renames it over ``path``; an exception (Ctrl-C
-    included) removes it and leaves ``path`` as it was. Wrap the block's writes in ``writing(path)``
-    for errors that name ``path``."""
-    path = Path(path)
-    with _staging(path) as (f, tmp):
-        yield f
-    _commit(tmp, path)
-
-
-def atomic_write_json(path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode("utf-8"))
-
-
-def atomic_savefig(fig, path, **kwargs) -> None:
-    """``fig.savefig`` into memory, then an atomic write (a figure is never half-written)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
-    atomic_write_bytes(path, buf.getvalue())
 
 
 def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
@@ -216,12 +98,6 @@ def save_checkpoint(run_dir, model_state: dict[str, np.ndarray], optimizer_state
                 later.unlink(missing_ok=True)
             raise
     _fsync_dir(run_dir)
-
-
-def clean_stale_temporaries(run_dir) -> None:
-    """Remove temporary files a crashed save left behind (they are never read)."""
-    for p in Path(run_dir).glob(".*.tmp"):
-        p.unlink(missing_ok=True)
 
 
 # -- one trainer per run directory ----------------------------------------------------------------

@@ -39,13 +39,25 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import (CONFIG, LOCK, METRICS, MODEL, OPTIMIZER, STATE, RunLock, atomic_savefig,
-                         atomic_write_bytes, atomic_write_json, check_state_matches, clean_stale_temporaries,
-                         read_config, read_json, read_safetensors, save_checkpoint, writing)
+from ..files import atomic_savefig, atomic_write_bytes, atomic_write_json, clean_stale_temporaries, writing
+from ..settings import from_dict as settings_from_dict
+from .checkpoint import (
+    CONFIG,
+    LOCK,
+    METRICS,
+    MODEL,
+    OPTIMIZER,
+    STATE,
+    RunLock,
+    check_state_matches,
+    read_config,
+    read_json,
+    read_safetensors,
+    save_checkpoint,
+)
 from .clip import clip_by_global_norm
 from .optim import Adam, AdamW
 from .schedules import make_schedule
-from .settings import from_dict as settings_from_dict
 
 LOG, EVAL_LOG, CURVES = "log.csv", "eval.csv", "curves.png"
 LOG_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "seconds"]
@@ -339,89 +351,127 @@ class Trainer:
     def _run(self, progress: bool, plot: bool, out) -> dict:
         from tqdm.auto import tqdm
 
-        cfg, task, model = self.cfg, self.task, self.model
-        model.train()
-        start = time.monotonic()
-        deadline = start + cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
-        stop_requested = _StopFlag()
-        bar = tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step", dynamic_ncols=True,
-                   desc=f"train {task.name}", file=out, mininterval=0.5)
-        log_path = self.out / LOG
-        with writing(log_path):
-            log = open(log_path, "a", newline="")
-        writer = csv.writer(log)
-        ema = None
-        recent_tokens, recent_time = 0, 0.0
-        stopped = "steps"
-        threads = _blas_threads(cfg.blas_threads)
-        threads.__enter__()                                              # for the steps and the evaluations
+        cfg = self.cfg
+        self.model.train()
+        deadline = time.monotonic() + cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
+        bar = _Progress(tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step",
+                             dynamic_ncols=True, desc=f"train {self.task.name}", file=out, mininterval=0.5))
+        log = _StepLog(self.out / LOG)
         try:
-            with stop_requested:
-                while cfg.steps is None or self.step < cfg.steps:
-                    if time.monotonic() >= deadline:
-                        stopped = "minutes"
-                        break
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    step = self.step + 1
-                    lr = self.schedule(step)
-                    batch = task.train_batch(self.data_rng, cfg.batch_size)
-                    loss, grads = task.loss(model, batch, self.dropout_rng, cfg.label_smoothing)
-                    loss = float(loss)
-                    norm = (clip_by_global_norm(grads, cfg.clip_norm) if cfg.clip_norm is not None
-                            else _norm(grads))
-                    if not (math.isfinite(loss) and math.isfinite(norm)):
-                        what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {norm}"
-                        with writing(log_path):
-                            log.flush()
-                        raise TrainingDiverged(
-                            f"{what} at step {step}; training stopped. The last good checkpoint "
-                            f"(step {_saved_step(self.out)}) is kept in {self.out}")
-                    self.optimizer.step(grads, lr=lr)
-                    dt = time.perf_counter() - t0
-                    self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
-                    self.cpu += time.process_time() - c0
-                    with writing(log_path):
-                        writer.writerow([step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens,
-                                         f"{self.elapsed:.3f}"])
-                    ema = loss if ema is None else 0.95 * ema + 0.05 * loss
-                    recent_tokens, recent_time = 0.9 * recent_tokens + batch.n_tokens, 0.9 * recent_time + dt
-                    bar.update(1)
-                    bar.set_postfix_str(f"loss {ema:.4f}  lr {lr:.2e}  {recent_tokens / recent_time:,.0f} tok/s",
-                                        refresh=False)
-                    if stop_requested.is_set():
-                        stopped = "interrupted"
-                        break
-                    if step % cfg.eval_every == 0 and step != cfg.steps:
-                        with writing(log_path):
-                            log.flush()
-                        metrics = self.evaluate(cfg.eval_n)
-                        self.save()                                      # metrics.json never runs ahead of
-                        self._record(metrics, final=False)               # the checkpoint, even if a save fails
-                        bar.write(f"step {step}: held-out " + _fmt(metrics))
-            with writing(log_path):
-                log.flush()
-            if stopped == "interrupted":
-                self.save()
-                bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
-                raise KeyboardInterrupt
-            metrics = self.evaluate(cfg.final_eval_n)
-            self.save()
-            self._record(metrics, final=True, stopped=stopped)
-            bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+            with _blas_threads(cfg.blas_threads):                        # for the steps and the evaluations
+                stopped = self._train_loop(bar, log, deadline)
+                self._finish(stopped, bar, log)
         except OSError:
             plot = False                                                 # the disk may be full: write no more
             raise
         finally:
-            threads.__exit__(None, None, None)
             bar.close()
-            with contextlib.suppress(OSError):                          # rows that no longer fit: resume takes
-                log.close()                                              # those steps again anyway
+            log.close()
             try:
                 if plot:
                     self.plot()
             except Exception as e:  # a plotting problem must not hide the training result
                 print(f"(could not draw {CURVES}: {e})")
         return self.metrics
+
+    def _train_loop(self, bar: _Progress, log: _StepLog, deadline: float) -> str:
+        """Steps until the budget ends, with the periodic evaluations and checkpoints. Returns why
+        it stopped: "steps", "minutes" or "interrupted" (a first Ctrl-C; the step finished)."""
+        cfg = self.cfg
+        with _StopFlag() as stop_requested:
+            while cfg.steps is None or self.step < cfg.steps:
+                if time.monotonic() >= deadline:
+                    return "minutes"
+                bar.update(*self._train_step(log))
+                if stop_requested.is_set():
+                    return "interrupted"
+                if self.step % cfg.eval_every == 0 and self.step != cfg.steps:
+                    log.flush()
+                    metrics = self._evaluate_and_save(cfg.eval_n, final=False)
+                    bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+        return "steps"
+
+    def _train_step(self, log: _StepLog) -> tuple[float, float, int, float]:
+        """One update: batch, loss and gradients, clipping, the optimizer, the log row. Returns
+        (loss, lr, tokens, seconds). TrainingDiverged, before anything is updated, on a non-finite
+        loss or gradient norm."""
+        cfg = self.cfg
+        t0, c0 = time.perf_counter(), time.process_time()
+        step = self.step + 1
+        lr = self.schedule(step)
+        batch = self.task.train_batch(self.data_rng, cfg.batch_size)
+        loss, grads = self.task.loss(self.model, batch, self.dropout_rng, cfg.label_smoothing)
+        loss = float(loss)
+        norm = clip_by_global_norm(grads, cfg.clip_norm) if cfg.clip_norm is not None else _norm(grads)
+        if not (math.isfinite(loss) and math.isfinite(norm)):
+            what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {norm}"
+            log.flush()
+            raise TrainingDiverged(f"{what} at step {step}; training stopped. The last good checkpoint "
+                                   f"(step {_saved_step(self.out)}) is kept in {self.out}")
+        self.optimizer.step(grads, lr=lr)
+        dt = time.perf_counter() - t0
+        self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
+        self.cpu += time.process_time() - c0
+        log.row(step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens, f"{self.elapsed:.3f}")
+        return loss, lr, batch.n_tokens, dt
+
+    def _evaluate_and_save(self, n: int | None, final: bool, stopped: str | None = None) -> dict:
+        metrics = self.evaluate(n)
+        self.save()                                                      # metrics.json never runs ahead of
+        self._record(metrics, final=final, stopped=stopped)              # the checkpoint, even if a save fails
+        return metrics
+
+    def _finish(self, stopped: str, bar: _Progress, log: _StepLog) -> None:
+        """The end of a run: save on Ctrl-C (then KeyboardInterrupt), else the final evaluation."""
+        log.flush()
+        if stopped == "interrupted":
+            self.save()
+            bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
+            raise KeyboardInterrupt
+        metrics = self._evaluate_and_save(self.cfg.final_eval_n, final=True, stopped=stopped)
+        bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+
+
+class _StepLog:
+    """log.csv, open for appending one row per step; a failed write is a WriteError naming it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with writing(path):
+            self._file = open(path, "a", newline="")
+        self._writer = csv.writer(self._file)
+
+    def row(self, *values) -> None:
+        with writing(self.path):
+            self._writer.writerow(values)
+
+    def flush(self) -> None:
+        with writing(self.path):
+            self._file.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):                              # rows that no longer fit: resume takes
+            self._file.close()                                           # those steps again anyway
+
+
+class _Progress:
+    """The tqdm bar, showing a running mean of the loss, the rate and the recent tokens per second."""
+
+    def __init__(self, bar) -> None:
+        self.bar, self.ema, self.tokens, self.seconds = bar, None, 0.0, 0.0
+
+    def update(self, loss: float, lr: float, tokens: int, seconds: float) -> None:
+        self.ema = loss if self.ema is None else 0.95 * self.ema + 0.05 * loss
+        self.tokens, self.seconds = 0.9 * self.tokens + tokens, 0.9 * self.seconds + seconds
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"loss {self.ema:.4f}  lr {lr:.2e}  {self.tokens / self.seconds:,.0f} tok/s",
+                                 refresh=False)
+
+    def write(self, text: str) -> None:
+        self.bar.write(text)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _fmt(metrics: dict) -> str:
