@@ -51,6 +51,46 @@ def test_registry():
         get_task("nope")
 
 
+def test_registry_resolves_every_entry_and_names_a_module_that_fails(monkeypatch):
+    from npformer.data import tasks
+
+    assert task_names() == ["copy", "dates", "digits", "tabletop", "text"]
+    for name in task_names():
+        cls = get_task(name)
+        assert cls.name == name and issubclass(cls, tasks.Task)
+        config_cls, model_cls = tasks.model_kind_classes(cls.model_kind)
+        assert config_cls.__name__.endswith("Config") and callable(model_cls)
+    with pytest.raises(ValueError, match="unknown model kind 'nope'; known model kinds: classifier, decoder_lm"):
+        tasks.model_kind_classes("nope")
+    monkeypatch.setitem(tasks.TASKS, "broken", ("npformer.data.no_such_module", "BrokenTask"))
+    with pytest.raises(ImportError, match="task 'broken': module npformer.data.no_such_module failed to import"):
+        get_task("broken")
+    monkeypatch.setitem(tasks.MODEL_KINDS, "broken", ("npformer.no_such_module", "C", "M"))
+    with pytest.raises(ImportError, match="model kind 'broken': module npformer.no_such_module failed"):
+        tasks.model_kind_classes("broken")
+
+
+def test_register_task_and_model_kind_explicitly(monkeypatch):
+    from npformer.data import tasks
+    from npformer.models import DecoderLM, DecoderLMConfig
+
+    monkeypatch.setattr(tasks, "TASKS", dict(tasks.TASKS))
+    monkeypatch.setattr(tasks, "MODEL_KINDS", dict(tasks.MODEL_KINDS))
+
+    class MyTask(tasks.Task):
+        name, model_kind = "mine", "my_lm"
+
+    assert tasks.register_task(MyTask) is MyTask and get_task("mine") is MyTask and "mine" in task_names()
+    tasks.register_model_kind("my_lm", DecoderLMConfig, DecoderLM)
+    assert tasks.model_kind_classes("my_lm") == (DecoderLMConfig, DecoderLM)
+
+    class Nameless(tasks.Task):
+        pass
+
+    with pytest.raises(ValueError, match="must set name and model_kind"):
+        tasks.register_task(Nameless)
+
+
 def test_settings_are_type_checked():
     with pytest.raises(TypeError, match="data.first_year must be int"):
         get_task("dates").create({"first_year": "1900"})
@@ -118,7 +158,7 @@ def test_dates_batches_are_deterministic_and_well_formed():
     task = DatesTask()
     a = task.train_batch(np.random.default_rng(7), 16)
     b = task.train_batch(np.random.default_rng(7), 16)
-    for x, y in zip(a.arrays, b.arrays):
+    for x, y in zip(a.arrays, b.arrays, strict=True):
         np.testing.assert_array_equal(x, y)
     src, tgt_in, tgt_out = a.arrays
     v = task.vocab

@@ -43,7 +43,7 @@ def test_translate_prints_one_line_per_source_in_order(dates_run, capsys, tmp_pa
     assert len(lines) == 3
     run = load_run(dates_run)
     v = run.task.vocab
-    for s, line in zip(srcs, lines):                      # each source alone gives the same line
+    for s, line in zip(srcs, lines, strict=True):         # each source alone gives the same line
         ids = greedy(run.model, np.array([[v.bos_id]]), run.task.max_target_len,
                      src_ids=run.task.encode_source(s)[None], eos_id=v.eos_id)
         assert line == v.decode(strip_eos(ids, v.eos_id)[0])
@@ -73,13 +73,14 @@ def test_attention_writes_a_png(dates_run, text_run, capsys, tmp_path):
         assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_attention_dispatches_to_the_task(dates_run, capsys, tmp_path, monkeypatch):
+def test_attention_dispatches_by_model_kind(dates_run, capsys, tmp_path, monkeypatch):
+    from npformer.cli import attention
+
     calls = []
-    monkeypatch.setattr(get_task("dates"), "draw_attention",
-                        lambda self, model, text, out: calls.append((text, out)) or "drawn by the task",
-                        raising=False)
+    monkeypatch.setitem(attention.DRAWERS, "transformer",
+                        lambda run, text, out: calls.append((run.config["task"], text, out)) or "drawn")
     rc, out, _ = cli(capsys, "attention", dates_run, "12 May 2000", "--out", tmp_path / "x.png")
-    assert rc == 0 and out == "drawn by the task\n" and calls == [("12 May 2000", str(tmp_path / "x.png"))]
+    assert rc == 0 and out == "drawn\n" and calls == [("dates", "12 May 2000", str(tmp_path / "x.png"))]
 
 
 @pytest.mark.parametrize("argv,message", [

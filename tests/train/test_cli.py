@@ -133,13 +133,30 @@ def test_eval_of_a_checkpoint_that_does_not_match_its_config(copy_run, capsys, t
     one_line_error(err, "does not match config.json")
 
 
+def test_commands_come_from_one_table(monkeypatch):
+    """Every command of cli.COMMANDS is a subcommand, in order; building the parser changes no table;
+    a command module that fails to import is an error that names it (nothing is skipped)."""
+    from npformer import cli
+    from npformer.cli import demo
+    from npformer.data import tasks
+
+    before = ([name for name, _ in demo.STEPS], dict(tasks.TASKS), dict(tasks.MODEL_KINDS))
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert list(sub.choices) == cli.COMMANDS
+    assert ([name for name, _ in demo.STEPS], dict(tasks.TASKS), dict(tasks.MODEL_KINDS)) == before
+    assert [name for name, _ in demo.STEPS] == ["lesson", "train", "translate", "attention", "tabletop"]
+    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, "nonesuch"])
+    with pytest.raises(ImportError, match="command 'nonesuch': module npformer.cli.nonesuch failed to import"):
+        cli.build_parser()
+
+
 def test_demo_runs_its_steps_end_to_end(tmp_path, capsys, monkeypatch):
     """The demo's glue on a 2-step dates model: train into runs/dates (twice: the second run replaces
     the first only when it has finished), then translate. The lesson and the attention figure have
     their own tests; the curves and a 2,000-date evaluation are skipped here for time."""
-    from npformer.cli import build_parser, demo
+    from npformer.cli import demo
     from npformer.data.dates import DatesTask
-    build_parser()                                  # imports every command, which may add demo steps
     from npformer.train.trainer import Trainer
     monkeypatch.setattr(DatesTask, "eval_size", 20)
     monkeypatch.setattr(Trainer, "plot", lambda self: None)

@@ -8,7 +8,7 @@ from npformer.cli.demo import ATTENTION_PARTS, ATTENTION_SOURCE, EXAMPLES, cross
 def test_parts_name_the_right_characters():
     source, iso = EXAMPLES[0]
     assert source == ATTENTION_SOURCE
-    for name, (text, rows) in ATTENTION_PARTS.items():
+    for text, _ in ATTENTION_PARTS.values():
         assert text in source
     assert [iso[rows] for _, rows in ATTENTION_PARTS.values()] == ["2026", "11", "29"]
 

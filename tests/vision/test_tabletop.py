@@ -19,7 +19,7 @@ def test_scenes_objects_in_distinct_cells_and_drawn_there():
         # a cell is drawn on iff an object stands in it; a block's cell holds its colour
         varied = tiles[i].reshape(16, -1, 3).std(axis=1).max(axis=1) > 0.05     # (16,)
         assert set(np.flatnonzero(varied)) == set(cells)
-        for j, c in enumerate(tt.COLOUR_NAMES):
+        for j in range(len(tt.COLOUR_NAMES)):
             if s.blocks[i, j] >= 0:
                 px = tiles[i, s.blocks[i, j]].reshape(-1, 3)
                 nearest = np.abs(px[:, None, :] - np.array([tt.COLOURS[k] for k in tt.COLOUR_NAMES])).sum(-1).argmin(1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from npformer.cli import main
-from npformer.cli.act import scene_for_seed
+from npformer.data.tabletop_policy import scene_for_seed
 from npformer.data.tasks import get_task
 from npformer.train.trainer import TrainConfig, Trainer
 
@@ -89,13 +89,12 @@ def test_bad_input_is_one_line_and_exit_2(runs, capsys, argv, message):
 
 def test_demo_tabletop_step(tmp_path, capsys, monkeypatch):
     """The demo's tabletop step on a 3-step budget: trains into RUNS/tabletop, acts, draws."""
-    from npformer.cli import act, build_parser, demo
+    from npformer.cli import demo
 
-    build_parser()                                  # importing the commands adds the tabletop step
     assert [n for n, _ in demo.STEPS].count("tabletop") == 1
     monkeypatch.setattr(demo, "STEPS", [s for s in demo.STEPS if s[0] == "tabletop"])
-    monkeypatch.setattr(act, "DEMO_STEPS", 3)
-    monkeypatch.setattr(act, "DEMO_EVAL_N", 20)
+    monkeypatch.setattr(demo, "DEMO_STEPS", 3)
+    monkeypatch.setattr(demo, "DEMO_EVAL_N", 20)
     assert main(["demo", "--runs", str(tmp_path), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "yellow-with-bowl" in out and (tmp_path / "tabletop" / "act.png").is_file()

@@ -1,9 +1,10 @@
 """The ``npformer`` command line.
 
-Each subcommand lives in its own module in this package with a
-``register(subparsers)`` function that adds its parser and sets ``func``.
-Heavy imports (matplotlib, tokenizers, training) happen inside the handlers, so
-``npformer --help`` stays quick.
+``COMMANDS`` lists the subcommands in order. Each lives in its own module in this package, named
+as the command, which gives ``HELP`` (one line for ``npformer --help``), ``DESCRIPTION`` (for
+``npformer COMMAND --help``), ``add_arguments(parser)`` and ``run(args) -> exit code``. A command
+module that fails to import is an error naming it. Heavy imports (matplotlib, tokenizers,
+training) happen inside ``run``, so ``npformer --help`` stays quick.
 
 Errors a user can cause end with one line on stderr and exit code 2: bad arguments and inputs,
 and the operating system's refusals (a missing file, a full disk, a run that another process is
@@ -12,13 +13,13 @@ training). Ctrl-C ends with one line and exit code 130 (128 + SIGINT, as shells 
 from __future__ import annotations
 
 import argparse
-import os
 import importlib
+import os
 import sys
 
-# module name in npformer.cli -> registered in this order
-SUBCOMMANDS = ["lesson", "info", "demo", "train", "eval", "translate", "generate",
-               "attention", "embed", "similar", "act"]
+# the subcommands, in the order --help lists them; each is the module npformer.cli.<name>
+COMMANDS = ["lesson", "info", "demo", "train", "eval", "translate", "generate", "attention", "embed", "similar",
+            "act"]
 
 
 class CLIError(Exception):
@@ -36,14 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     parser.add_argument("--version", action="version", version=f"npformer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in SUBCOMMANDS:
+    for name in COMMANDS:
+        module = f"{__name__}.{name}"
         try:
-            mod = importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as e:
-            if e.name == f"{__name__}.{name}":
-                continue  # subcommand not built yet
-            raise
-        mod.register(sub)
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(f"command {name!r}: module {module} failed to import: {e}") from e
+        p = sub.add_parser(name, help=mod.HELP, description=mod.DESCRIPTION)
+        mod.add_arguments(p)
+        p.set_defaults(func=mod.run)
     return parser
 
 

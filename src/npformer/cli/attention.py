@@ -7,25 +7,26 @@ An encoder-decoder run first translates TEXT greedily, then draws the encoder se
 (output x source) from one forward pass over the source and that output. A language-model run
 draws its self-attention over TEXT.
 
-How a run is drawn is chosen by its task: a task class with a method
-``draw_attention(model, text, out_path) -> str`` draws itself (image tasks draw patch overlays);
-otherwise ``DRAWERS[model_kind]`` does. The returned string is printed.
+How a run is drawn is chosen by its model kind: ``DRAWERS[model_kind](run, text, out_path) -> str``
+draws it and the returned string is printed. A digits run (ViT) takes a test-set index as TEXT and
+draws [CLS]'s attention over the digit's patches; a tabletop run (VLA) takes an instruction and
+draws ``npformer act``'s figure for scene 0 (both in ``npformer.viz.vision``).
 """
 from __future__ import annotations
 
 from typing import Callable
 
+from ..viz.vision import draw_digits_attention, draw_tabletop_attention
 from . import CLIError
 
+HELP = "draw a trained run's attention as heatmaps (PNG)"
+DESCRIPTION = "Draw every layer's and head's attention for TEXT as labelled heatmaps in one PNG."
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("attention", help="draw a trained run's attention as heatmaps (PNG)",
-                              description="Draw every layer's and head's attention for TEXT as labelled "
-                                          "heatmaps in one PNG.")
+
+def add_arguments(p) -> None:
     p.add_argument("run", metavar="DIR", help="a run directory written by npformer train")
     p.add_argument("text", metavar="TEXT", help="the input to look at")
     p.add_argument("--out", required=True, metavar="FIG.png", help="where to write the figure")
-    p.set_defaults(func=run)
 
 
 def _special(vocab, i: int) -> str | None:
@@ -79,8 +80,9 @@ def draw_lm(run, text: str, out_path: str) -> str:
     return f"wrote {out_path}"
 
 
-# model kind -> draw(run, text, out_path) -> message; a task's own draw_attention comes first
-DRAWERS: dict[str, Callable] = {"transformer": draw_seq2seq, "decoder_lm": draw_lm}
+# model kind -> draw(run, text, out_path) -> message
+DRAWERS: dict[str, Callable] = {"transformer": draw_seq2seq, "decoder_lm": draw_lm,
+                                "vit": draw_digits_attention, "vla": draw_tabletop_attention}
 
 
 def run(args) -> int:
@@ -93,13 +95,8 @@ def run(args) -> int:
     if Path(args.out).suffix.lower() != ".png":
         raise CLIError(f"--out must name a .png file, got {args.out!r}")
     r = load_run(args.run)
-    own = getattr(r.task, "draw_attention", None)
-    if callable(own):
-        message = own(r.model, args.text, args.out)
-    elif r.config["model_kind"] in DRAWERS:
-        message = DRAWERS[r.config["model_kind"]](r, args.text, args.out)
-    else:
+    if r.config["model_kind"] not in DRAWERS:
         raise CLIError(f"no attention drawing for the {r.config['task']!r} task "
                        f"({r.config['model_kind']} model)")
-    print(message)
+    print(DRAWERS[r.config["model_kind"]](r, args.text, args.out))
     return 0

@@ -4,9 +4,10 @@
     2. train the dates model (the paper's encoder-decoder, character level) with a progress bar
     3. translate a few dates with it (greedy decoding)
     4. draw its attention and say where the figure is
+    5. train the tabletop vision-language-action policy with a shorter budget (DEMO_STEPS), report
+       held-out success and act on one held-out yellow-with-bowl episode (``npformer act``)
 
-``STEPS`` lists the steps in order; each is a function ``step(args) -> None``. Another part of
-npformer adds its own step by appending to ``STEPS`` (or inserting where it belongs).
+``STEPS`` lists the steps in order; each is a function ``step(args) -> None``.
 """
 from __future__ import annotations
 
@@ -27,18 +28,21 @@ ATTENTION_SOURCE = "29 November 2026"      # its ISO form is EXAMPLES[0][1], "20
 # part -> (where it stands in the source, the decoder rows that write it in "2026-11-29")
 ATTENTION_PARTS = {"year": ("2026", slice(0, 4)), "month": ("November", slice(5, 7)), "day": ("29", slice(8, 10))}
 
+DEMO_STEPS = 400                    # the tabletop step's training budget (the task's default is longer)
+DEMO_EVAL_N = 1000                  # held-out scenes per split in the tabletop step's final evaluation
+DEMO_INSTRUCTION = "pick up the yellow cube and drop it into the bowl"   # the pairing never trained on
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("demo", help="the guided tour: lesson, train dates, translate, attention figure",
-                              description="Run the lesson, train the dates model, translate a few dates "
-                                          "and draw the model's attention.")
+HELP = "the guided tour: lesson, train dates, translate, attention figure"
+DESCRIPTION = "Run the lesson, train the dates model, translate a few dates and draw the model's attention."
+
+
+def add_arguments(p) -> None:
     p.add_argument("--runs", default="runs", metavar="DIR", help="where run directories go (default: runs)")
     p.add_argument("--steps", type=int, metavar="N", help="training steps for the dates model (default: the task's)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="training seed (default 0)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
-                   help="skip a step by name: lesson, train, translate, attention (repeatable)")
+                   help="skip a step by name: lesson, train, translate, attention, tabletop (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
 
 
 def banner(text: str) -> None:
@@ -109,7 +113,7 @@ def step_translate(args) -> None:
     bos = np.full((len(EXAMPLES), 1), v.bos_id, dtype=np.int64)                     # (B, 1)
     out = greedy(model, bos, task.max_target_len, src_ids=src, eos_id=v.eos_id)    # (B, N)
     width = max(len(s) for s, _ in EXAMPLES)
-    for (source, want), ids in zip(EXAMPLES, strip_eos(out, v.eos_id)):
+    for (source, want), ids in zip(EXAMPLES, strip_eos(out, v.eos_id), strict=True):
         got = task.decode_target(ids)
         print(f"  {source:<{width}}  ->  {got}   {'right' if got == want else 'WRONG, expected ' + want}")
     print(f"(any date: npformer translate {dates_dir(args)} \"4 July 1976\")")
@@ -135,7 +139,6 @@ def step_attention(args) -> None:
 def cross_attention_shares(run_dir, source: str, parts: dict) -> dict:
     """For each part name -> (source substring, output slice): the share of the cross-attention of the
     output rows in the slice (last decoder layer, mean over heads) that falls on the substring."""
-    import numpy as np
 
     from ..train.checkpoint import load_run
 
@@ -153,8 +156,51 @@ def cross_attention_shares(run_dir, source: str, parts: dict) -> dict:
     return shares
 
 
+def step_tabletop(args) -> None:
+    """Train the tabletop policy briefly, report held-out success, act on a held-out pairing, draw it."""
+    banner("5. Words and pixels in one sequence: a tiny vision-language-action policy (tabletop)")
+    from ..data.tabletop_policy import act, describe, scene_for_seed
+    from ..data.tasks import get_task
+    from ..train.trainer import TrainConfig, Trainer
+    from ..viz.vision import save_act
+
+    final = Path(args.runs) / "tabletop"
+    staging = final.with_name(final.name + ".training")
+    task = get_task("tabletop").create()
+    cfg = TrainConfig(**{**task.default_train_config(), "steps": DEMO_STEPS, "warmup": min(50, DEMO_STEPS // 8),
+                         "seed": args.seed, "eval_every": 200, "final_eval_n": DEMO_EVAL_N})
+    trainer = Trainer.start(task, {}, cfg, staging, force=True)
+    m = trainer.model.config
+    print("scene: 32x32 RGB, a 4x4 grid of cells, 2-4 coloured blocks, a box and/or a bowl; instruction: "
+          "\"put the red block in the box\" and variations")
+    print(f"model: one encoder ({m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads, "
+          f"{trainer.model.num_parameters():,} parameters) reads 2 action tokens + {m.max_words} word slots + "
+          f"{m.n_cells} image patches as one sequence; the action tokens point at the pick and place cells")
+    print(f"training: {cfg.steps} steps of {cfg.batch_size} fresh scenes (the demo's short budget; "
+          f"`npformer train tabletop` runs {task.default_train_config()['steps']}). Instructions pairing "
+          "yellow with the bowl are never trained on.", flush=True)
+    metrics = trainer.run(progress=not args.no_progress)
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
+    held = metrics["held_out"]
+    print(f"held-out scenes: success {held['success']:.1%} (pick and place both right, n={held['n']}); "
+          f"never-trained yellow-with-bowl instructions: {held['yellow_bowl_success']:.1%}")
+    seed = next(s for s in range(1000) if "yellow" in scene_for_seed(s)[0].blocks
+                and "bowl" in scene_for_seed(s)[0].containers)             # the first scene with both
+    scene, instruction = scene_for_seed(seed)[0], DEMO_INSTRUCTION
+    res = act(trainer.model.eval(), scene, instruction)
+    fig = save_act(final / "act.png", scene.image, res, m.patch_size, title=f"demo: {instruction}")
+    right = res["pick"] == res["true_pick"] and res["place"] == res["true_place"]
+    print(f"scene {seed}: {describe(scene)}")
+    print(f"\"{instruction}\" -> pick cell {res['pick']}, place cell {res['place']} "
+          f"({'right' if right else 'wrong'}); figure: {fig}")
+    print(f"(the same: npformer act {final} --seed {seed} --instruction \"{instruction}\"; "
+          f"any scene: --seed S)")
+
+
 STEPS = [("lesson", step_lesson), ("train", step_train), ("translate", step_translate),
-         ("attention", step_attention)]
+         ("attention", step_attention), ("tabletop", step_tabletop)]
 
 
 def run(args) -> int:

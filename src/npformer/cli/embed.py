@@ -35,14 +35,15 @@ def add_model_args(p) -> None:
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per batch (default 64)")
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("embed", help="embed each line of a text file with a pretrained sentence encoder",
-                              description="Write one embedding per line of INPUT (UTF-8 text, or - for "
-                                          "standard input) to a float32 .npy file, in input order.")
+HELP = "embed each line of a text file with a pretrained sentence encoder"
+DESCRIPTION = ("Write one embedding per line of INPUT (UTF-8 text, or - for standard input) to a float32 "
+               ".npy file, in input order.")
+
+
+def add_arguments(p) -> None:
     p.add_argument("input", metavar="INPUT", help="a UTF-8 text file with one sentence a line, or - for stdin")
     p.add_argument("--output", "-o", required=True, metavar="FILE.npy", help="where to write the array")
     add_model_args(p)
-    p.set_defaults(func=run)
 
 
 def _open_input(path: str, what: str):
@@ -118,7 +119,7 @@ def _embed_to(out: Path, args) -> tuple[int, int]:
     """Embed INPUT's lines into the .npy file ``out``, streaming; returns its shape."""
     import numpy as np
 
-    from ..train.checkpoint import atomic_writer, writing
+    from ..files import atomic_writer, writing
 
     with contextlib.ExitStack() as files:
         f, name = _open_input(args.input, "INPUT")

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 
+HELP = "score a trained run on held-out data (JSON)"
+DESCRIPTION = "Evaluate a run directory on its task's held-out split; prints JSON."
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("eval", help="score a trained run on held-out data (JSON)",
-                              description="Evaluate a run directory on its task's held-out split; prints JSON.")
+
+def add_arguments(p) -> None:
     p.add_argument("run", metavar="DIR", help="a run directory written by npformer train")
     p.add_argument("--seed", type=int, metavar="S", help="seed of the held-out draw (default: the run's seed)")
     p.add_argument("--n", type=int, metavar="N", help="held-out examples (default: the task's)")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

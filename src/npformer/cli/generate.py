@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from . import CLIError
 
+HELP = "sample text from a trained language-model run"
+DESCRIPTION = "Continue --prompt with --tokens sampled characters."
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("generate", help="sample text from a trained language-model run",
-                              description="Continue --prompt with --tokens sampled characters.")
+
+def add_arguments(p) -> None:
     p.add_argument("run", metavar="DIR", help="a run directory of the text task")
     p.add_argument("--prompt", required=True, metavar="P", help="the text to continue")
     p.add_argument("--tokens", type=int, required=True, metavar="N", help="characters to generate")
@@ -23,7 +24,6 @@ def register(subparsers) -> None:
     p.add_argument("--top-k", type=int, default=None, metavar="K",
                    help="sample among the K most likely characters only")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampler (default 0)")
-    p.set_defaults(func=run)
 
 
 def generate_text(run, prompt: str, n_tokens: int, temperature: float = 1.0, top_k: int | None = None,

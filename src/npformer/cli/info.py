@@ -14,33 +14,22 @@ from . import CLIError
 
 PAPER_BASE_PARAMS = 65_000_000      # "Attention Is All You Need", Table 3, base model
 
-# model kind (as run directories name it) -> (config class, model class) in npformer.models
-KINDS = {"transformer": ("TransformerConfig", "Transformer"),
-         "decoder_lm": ("DecoderLMConfig", "DecoderLM"),
-         "classifier": ("EncoderClassifierConfig", "EncoderClassifier")}
+# the model kinds a bare model config (Config.save_json, no "model_kind") is tried as, in this order
+BARE_CONFIG_KINDS = ("transformer", "decoder_lm", "classifier")
+
+HELP = "config and parameter count of the base model or a run's model"
+DESCRIPTION = __doc__.split("\n\n")[0]
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("info", help="config and parameter count of the base model or a run's model",
-                              description=__doc__.split("\n\n")[0])
+def add_arguments(p) -> None:
     p.add_argument("dir", nargs="?", metavar="DIR", help="a run directory holding config.json")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.set_defaults(func=run)
-
-
-def _classes(kind: str):
-    from .. import models
-    if kind in KINDS:
-        return tuple(getattr(models, n) for n in KINDS[kind])
-    try:                                           # kinds registered by other parts (e.g. vision models)
-        from ..data.tasks import model_kind_classes
-    except ImportError:
-        raise CLIError(f"unknown model kind {kind!r}; known: {', '.join(sorted(KINDS))}") from None
-    return model_kind_classes(kind)
 
 
 def _config_from_dir(run_dir: Path):
     """(kind, config) from DIR/config.json: a run's {"model_kind", "model": {...}} or a bare model config."""
+    from ..data.tasks import model_kind_classes
+
     path = run_dir / "config.json"
     if not run_dir.is_dir():
         raise CLIError(f"{run_dir} is not a directory")
@@ -53,11 +42,11 @@ def _config_from_dir(run_dir: Path):
     if not isinstance(d, dict):
         raise CLIError(f"{path} must hold a JSON object")
     if "model_kind" in d and isinstance(d.get("model"), dict):
-        config_cls, _ = _classes(d["model_kind"])
+        config_cls, _ = model_kind_classes(d["model_kind"])
         return d["model_kind"], config_cls.from_dict(d["model"])
     errors = []
-    for kind in KINDS:                             # a bare config saved with Config.save_json
-        config_cls, _ = _classes(kind)
+    for kind in BARE_CONFIG_KINDS:                 # a bare config saved with Config.save_json
+        config_cls, _ = model_kind_classes(kind)
         try:
             return kind, config_cls.from_dict(d)
         except (TypeError, ValueError) as e:
@@ -105,6 +94,8 @@ def _checkpoint_count(path: Path) -> tuple[int, int]:
 
 def run(args) -> int:
     from .. import models
+    from ..data.tasks import model_kind_classes
+
     if args.dir is None:
         kind, config = "transformer", models.TransformerConfig()
         title = "the paper's base Transformer (shared 37,000-token vocabulary, Table 3)"
@@ -112,7 +103,7 @@ def run(args) -> int:
         run_dir = Path(args.dir)
         kind, config = _config_from_dir(run_dir)
         title = f"{kind} model of {run_dir}"
-    _, model_cls = _classes(kind)
+    _, model_cls = model_kind_classes(kind)
     model = model_cls(config, rng=0)
     total = model.num_parameters()
     rows = _breakdown(model)

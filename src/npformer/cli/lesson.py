@@ -6,14 +6,14 @@ import sys
 
 from . import CLIError
 
+HELP = "the lesson's attention demonstrations, run through the library"
+DESCRIPTION = __doc__.split("\n\n")[0].replace("``", "")
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("lesson", help="the lesson's attention demonstrations, run through the library",
-                              description=__doc__.split("\n\n")[0].replace("``", ""))
+
+def add_arguments(p) -> None:
     p.add_argument("--section", type=int, metavar="N",
                    help="run only section N: 1 attention weights, 2 square-root scaling, "
                         "3 heads and layer norm, 4 order and positions")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

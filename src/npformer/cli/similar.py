@@ -11,16 +11,15 @@ from __future__ import annotations
 from . import CLIError
 from .embed import add_model_args, load_encoder, read_lines
 
+HELP = "find the corpus lines most similar to each query (cosine)"
+DESCRIPTION = "Print, for each QUERY, the most similar lines of the corpus file with their cosine similarity."
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("similar", help="find the corpus lines most similar to each query (cosine)",
-                              description="Print, for each QUERY, the most similar lines of the corpus "
-                                          "file with their cosine similarity.")
+
+def add_arguments(p) -> None:
     p.add_argument("queries", nargs="+", metavar="QUERY", help="one or more query texts")
     p.add_argument("--corpus", required=True, metavar="FILE", help="a UTF-8 text file, one document a line")
     p.add_argument("--top-k", "-k", type=int, default=5, metavar="K", help="lines per query (default 5)")
     add_model_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -18,13 +18,13 @@ from pathlib import Path
 
 from . import CLIError
 
+HELP = "train a model on a task (copy, dates, text, ...)"
+DESCRIPTION = ("Train a model on a task into a run directory (config.json, model.safetensors, optimizer state, "
+               "metrics.json, log.csv, curves.png). Tasks: copy, dates, text (--data FILE), and any other "
+               "registered task.")
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "train", help="train a model on a task (copy, dates, text, ...)",
-        description="Train a model on a task into a run directory (config.json, model.safetensors, "
-                    "optimizer state, metrics.json, log.csv, curves.png). Tasks: copy, dates, "
-                    "text (--data FILE), and any other registered task.")
+
+def add_arguments(p) -> None:
     p.add_argument("task", help="the task: copy, dates, text, ...")
     p.add_argument("--out", metavar="DIR", help="run directory (default: runs/TASK)")
     p.add_argument("--steps", type=int, metavar="N", help="train to step N (default: the task's)")
@@ -39,7 +39,6 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plot", action="store_true", help="do not draw curves.png")
-    p.set_defaults(func=run)
 
 
 def _duration(seconds: float) -> str:
@@ -49,8 +48,8 @@ def _duration(seconds: float) -> str:
 
 def run(args) -> int:
     from ..data.tasks import get_task, model_kind_classes
-    from ..train.settings import parse_overrides
-    from ..train.trainer import RESUMABLE, TrainConfig, Trainer, TrainingDiverged
+    from ..settings import parse_overrides
+    from ..train.trainer import TrainConfig, TrainingDiverged
 
     task_cls = get_task(args.task)
     out = Path(args.out) if args.out else Path("runs") / args.task
@@ -69,30 +68,7 @@ def run(args) -> int:
         budget["minutes"] = args.minutes
 
     t0 = time.monotonic()
-    if args.resume:
-        if sets["model"] or sets["data"]:
-            raise CLIError("--resume continues a run as it was configured: --set may change only "
-                           + ", ".join(RESUMABLE))
-        overrides = {**sets["train"], **budget}
-        if args.seed is not None:
-            from ..train.checkpoint import read_config
-            seed = read_config(out)["train"]["seed"]
-            if args.seed != seed:
-                raise CLIError(f"{out} was trained with seed {seed}; --resume keeps it (drop --seed)")
-        trainer = Trainer.resume(out, task_name=args.task, overrides=overrides, data_path=args.data)
-        print(f"resuming {args.task} in {out} at step {trainer.step}")
-    else:
-        task = task_cls.create(sets["data"], data_path=args.data)
-        train_cfg = {**task.default_train_config(), **sets["train"], **budget}
-        if args.seed is not None:
-            train_cfg["seed"] = args.seed
-        train_cfg = TrainConfig(**train_cfg)
-        trainer = Trainer.start(task, sets["model"], train_cfg, out, force=args.force)
-        cfg = trainer.cfg
-        budget_text = " and ".join(x for x in (f"{cfg.steps} steps" if cfg.steps else "",
-                                               f"{cfg.minutes:g} minutes" if cfg.minutes else "") if x)
-        print(f"training {task.name}: {type(trainer.model).__name__} with {trainer.model.num_parameters():,} "
-              f"parameters, {budget_text}, batch {cfg.batch_size}, seed {cfg.seed} -> {out}")
+    trainer = _resume(args, sets, budget, out) if args.resume else _start(args, task_cls, sets, budget, out)
     try:
         metrics = trainer.run(progress=not args.no_progress, plot=not args.no_plot)
     except TrainingDiverged as e:
@@ -107,3 +83,37 @@ def run(args) -> int:
     print(f"run directory: {out}  (model.safetensors, metrics.json, log.csv"
           f"{'' if args.no_plot else ', curves.png'})")
     return 0
+
+
+def _resume(args, sets: dict, budget: dict, out: Path):
+    """The trainer of the run in ``out``, from its last checkpoint: only train settings may change."""
+    from ..train.checkpoint import read_config
+    from ..train.trainer import RESUMABLE, Trainer
+
+    if sets["model"] or sets["data"]:
+        raise CLIError("--resume continues a run as it was configured: --set may change only "
+                       + ", ".join(RESUMABLE))
+    if args.seed is not None:
+        seed = read_config(out)["train"]["seed"]
+        if args.seed != seed:
+            raise CLIError(f"{out} was trained with seed {seed}; --resume keeps it (drop --seed)")
+    trainer = Trainer.resume(out, task_name=args.task, overrides={**sets["train"], **budget}, data_path=args.data)
+    print(f"resuming {args.task} in {out} at step {trainer.step}")
+    return trainer
+
+
+def _start(args, task_cls, sets: dict, budget: dict, out: Path):
+    """The trainer of a new run in ``out``: the task's defaults <- --set <- --steps/--minutes <- --seed."""
+    from ..train.trainer import TrainConfig, Trainer
+
+    task = task_cls.create(sets["data"], data_path=args.data)
+    train_cfg = {**task.default_train_config(), **sets["train"], **budget}
+    if args.seed is not None:
+        train_cfg["seed"] = args.seed
+    trainer = Trainer.start(task, sets["model"], TrainConfig(**train_cfg), out, force=args.force)
+    cfg = trainer.cfg
+    budget_text = " and ".join(x for x in (f"{cfg.steps} steps" if cfg.steps else "",
+                                           f"{cfg.minutes:g} minutes" if cfg.minutes else "") if x)
+    print(f"training {task.name}: {type(trainer.model).__name__} with {trainer.model.num_parameters():,} "
+          f"parameters, {budget_text}, batch {cfg.batch_size}, seed {cfg.seed} -> {out}")
+    return trainer

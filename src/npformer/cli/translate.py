@@ -13,17 +13,17 @@ from . import CLIError
 BATCH = 64                      # sources decoded together
 
 
-def register(subparsers) -> None:
-    p = subparsers.add_parser("translate", help="translate text with a trained encoder-decoder run",
-                              description="Translate each TEXT (or each line of --input FILE) with the "
-                                          "run's model; one result a line, in order.")
+HELP = "translate text with a trained encoder-decoder run"
+DESCRIPTION = "Translate each TEXT (or each line of --input FILE) with the run's model; one result a line, in order."
+
+
+def add_arguments(p) -> None:
     p.add_argument("run", metavar="DIR", help="a run directory of an encoder-decoder task (dates, copy)")
     p.add_argument("texts", nargs="*", metavar="TEXT", help="sources to translate")
     p.add_argument("--input", metavar="FILE", help="a UTF-8 file with one source a line")
     p.add_argument("--beam", type=int, default=4, metavar="K", help="beam size (default 4; 1 = greedy)")
     p.add_argument("--alpha", type=float, default=0.6, metavar="A",
                    help="length penalty alpha, lp = ((5 + |Y|) / 6) ** alpha (default 0.6)")
-    p.set_defaults(func=run)
 
 
 def read_sources(texts: list[str], input_path: str | None) -> list[str]:

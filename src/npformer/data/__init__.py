@@ -1,5 +1,5 @@
-"""Data: a character vocabulary and the task registry (``copy``, ``dates``, ``text``, and tasks other
-modules register). Every task generates or reads its own data; nothing is downloaded."""
+"""Data: a character vocabulary and the task registry (``copy``, ``dates``, ``text``, ``digits``,
+``tabletop``; see ``tasks.TASKS``). Every task generates or reads its own data; nothing is downloaded."""
 from .tasks import Batch, Task, get_task, register_model_kind, register_task, task_names
 from .vocab import CharVocab
 

@@ -12,11 +12,9 @@ import string
 from dataclasses import dataclass
 
 from .seq2seq import Seq2SeqTask, is_heldout
-from .tasks import register_task
 from .vocab import CharVocab
 
 
-@register_task
 class CopyTask(Seq2SeqTask):
     name = "copy"
     description = "copy random symbol strings (encoder-decoder)"

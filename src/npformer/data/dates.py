@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .seq2seq import Seq2SeqTask, is_heldout
-from .tasks import register_task
 from .vocab import CharVocab
 
 # English names, written out so that the system locale cannot change them
@@ -73,7 +72,6 @@ def format_date(d: dt.date, fmt: int) -> str:
 DATE_CHARS = string.digits + string.ascii_letters + " ,./-"
 
 
-@register_task
 class DatesTask(Seq2SeqTask):
     name = "dates"
     description = "human-written dates -> ISO 8601 (the paper's encoder-decoder, character level)"
@@ -111,7 +109,7 @@ class DatesTask(Seq2SeqTask):
         days = pool[rng.integers(0, len(pool), size=n)]                 # (n,)
         fmts = rng.integers(0, len(FORMATS), size=n)                    # (n,)
         out = []
-        for o, f in zip(days.tolist(), fmts.tolist()):
+        for o, f in zip(days.tolist(), fmts.tolist(), strict=True):
             d = dt.date.fromordinal(o)
             out.append((format_date(d, f), d.isoformat()))
         return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ops import log_softmax
-from .tasks import Batch, Task, register_model_kind, register_task
+from .tasks import Batch, Task
 
 IMAGE_SIZE = 8
 N_CLASSES = 10
@@ -66,15 +66,6 @@ def augment(images: np.ndarray, rng: np.random.Generator, max_shift: float = 1.0
 
 # -- the task: npformer train digits ------------------------------------------------------------
 
-def _register_kind() -> None:
-    from ..models.vit import ViT, ViTConfig
-    register_model_kind("vit", ViTConfig, ViT)
-
-
-_register_kind()
-
-
-@register_task
 class DigitsTask(Task):
     name = "digits"
     model_kind = "vit"
@@ -135,27 +126,3 @@ class DigitsTask(Task):
             nll -= float(logp[np.arange(len(logp)), y[i:i + batch_size]].sum())
             right += int((logits.argmax(-1) == y[i:i + batch_size]).sum())
         return {"accuracy": right / n, "errors": n - right, "loss": nll / n, "n": n}
-
-    def draw_attention(self, model, text: str, out_path) -> str:
-        """``npformer attention DIR I --out FIG.png``: I is an index into the test split; draws which
-        patches [CLS] attends to, per layer and head, over that digit."""
-        from ..viz.vision import save_digit_attention
-
-        try:
-            i = int(text)
-        except ValueError:
-            raise ValueError(f"for a digits run TEXT is a test-set index 0..{len(self.x_test) - 1}, "
-                             f"got {text!r}") from None
-        if not 0 <= i < len(self.x_test):
-            raise ValueError(f"test-set index must be in 0..{len(self.x_test) - 1}, got {i}")
-        if model.config.pool != "cls":
-            raise ValueError("this model pools the mean of the patches; it has no [CLS] token to draw")
-        x = self.x_test[i:i + 1].astype(model.dtype)                 # (1, 8, 8, 1)
-        logits, cache = model.forward(x)
-        pred = int(logits[0].argmax())
-        weights = [w["self"][0] for w in model.attention_weights(cache)]
-        save_digit_attention(self.x_test[i], weights, model.config.patch_size, out_path,
-                             title=f"digits test image {i}: label {self.y_test[i]}, predicted {pred} "
-                                   f"- where [CLS] looks (each head's weights over the {model.config.patch_size}"
-                                   f"x{model.config.patch_size} patches)")
-        return f"test image {i}: label {self.y_test[i]}, predicted {pred}\nwrote {out_path}"

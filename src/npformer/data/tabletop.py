@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ops import log_softmax
-from .tasks import Batch, Task, register_model_kind, register_task
+from .tasks import Batch, Task
 
 GRID = 4                                    # cells per side
 CELL = 8                                    # pixels per cell side
@@ -121,6 +121,28 @@ def render_scenes(rng: np.random.Generator, n: int, require: tuple[str, str] | N
     Object slots 0..3 are blocks (the first 2..4 used), slots 4..5 containers (the first 1..2 used);
     every used slot gets its own cell, so no two objects share a cell.
     """
+    colour_order, kind_order, cells, active = _choose_objects(rng, n, require)
+    kind = np.concatenate([np.full((n, MAX_BLOCKS), KIND_BLOCK), 1 + kind_order], axis=1)  # (B, 6)
+    shade = _shades(rng, colour_order, kind_order)                # (B, 6, 3)
+    mask = _object_masks(rng, kind, active)                       # (B, 6, 8, 8)
+    table = np.clip(np.asarray(TABLE) * rng.uniform(0.95, 1.05, (n, 1)), 0, 1)  # (B, 3)
+    images = _paint(cells, mask, shade, table)                    # (B, H, W, C)
+
+    b = np.arange(n)
+    blocks = np.full((n, len(COLOUR_NAMES)), -1, dtype=np.int64)  # (B, 5)
+    containers = np.full((n, len(CONTAINER_NAMES)), -1, dtype=np.int64)  # (B, 2)
+    for j in range(MAX_BLOCKS):
+        on = active[:, j]
+        blocks[b[on], colour_order[on, j]] = cells[on, j]
+    for j in range(MAX_CONTAINERS):
+        on = active[:, MAX_BLOCKS + j]
+        containers[b[on], kind_order[on, j]] = cells[on, MAX_BLOCKS + j]
+    return Scenes(images, blocks, containers)
+
+
+def _choose_objects(rng: np.random.Generator, n: int, require: tuple[str, str] | None):
+    """What each scene holds and where: colour_order (B, 5) and kind_order (B, 2), random orders whose
+    first entries are used; cells (B, 6), a distinct cell per slot; active (B, 6), the used slots."""
     n_blocks = rng.integers(2, MAX_BLOCKS + 1, n)                  # (B,)
     n_conts = rng.integers(1, MAX_CONTAINERS + 1, n)              # (B,)
     colour_order = rng.random((n, len(COLOUR_NAMES))).argsort(1)  # (B, 5) a random order of the colours
@@ -128,21 +150,30 @@ def render_scenes(rng: np.random.Generator, n: int, require: tuple[str, str] | N
     if require is not None:
         _swap_in(colour_order, COLOUR_NAMES.index(require[0]), n_blocks, rng)
         _swap_in(kind_order, CONTAINER_NAMES.index(require[1]), n_conts, rng)
-    slots = MAX_BLOCKS + MAX_CONTAINERS
-    cells = rng.random((n, N_CELLS)).argsort(1)[:, :slots]        # (B, 6) distinct cells
+    cells = rng.random((n, N_CELLS)).argsort(1)[:, :MAX_BLOCKS + MAX_CONTAINERS]  # (B, 6) distinct cells
     active = np.concatenate([np.arange(MAX_BLOCKS) < n_blocks[:, None],
                              np.arange(MAX_CONTAINERS) < n_conts[:, None]], axis=1)  # (B, 6)
-    kind = np.concatenate([np.full((n, MAX_BLOCKS), KIND_BLOCK), 1 + kind_order], axis=1)  # (B, 6)
+    return colour_order, kind_order, cells, active
+
+
+def _shades(rng: np.random.Generator, colour_order: np.ndarray, kind_order: np.ndarray) -> np.ndarray:
+    """Each slot's colour (B, 6, 3) float32: its palette colour with a jittered shade."""
+    n, slots = len(colour_order), MAX_BLOCKS + MAX_CONTAINERS
     palette = np.array([COLOURS[c] for c in COLOUR_NAMES] + [CONTAINERS[k] for k in CONTAINER_NAMES])  # (7, 3)
     rgb = palette[np.concatenate([colour_order[:, :MAX_BLOCKS], len(COLOUR_NAMES) + kind_order], axis=1)]  # (B, 6, 3)
-    # jitter: shade, size, position inside the cell
     shade = np.clip(rgb * rng.uniform(0.85, 1.12, (n, slots, 1)) + rng.uniform(-0.05, 0.05, (n, slots, 3)), 0, 1)
+    return shade.astype(np.float32)
+
+
+def _object_masks(rng: np.random.Generator, kind: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """The pixels (B, 6, 8, 8) bool each slot covers in its cell: a filled square (block), a hollow
+    square (box) or a ring (bowl), with jittered size and position; nothing for an unused slot."""
+    n, slots = kind.shape
     size = np.where(kind == KIND_BLOCK, 4, 6) + rng.integers(0, 2, (n, slots))  # (B, 6): blocks 4-5, boxes 6-7 px
     oy = (rng.random((n, slots)) * (CELL - size + 1)).astype(np.int64)  # (B, 6) top-left inside the cell
     ox = (rng.random((n, slots)) * (CELL - size + 1)).astype(np.int64)
     centre = rng.uniform(3.5, 4.5, (n, slots, 2))                 # (B, 6, 2) bowl centre
     radius = rng.uniform(3.0, 3.6, (n, slots))                    # (B, 6) bowl outer radius
-    table = np.clip(np.asarray(TABLE) * rng.uniform(0.95, 1.05, (n, 1)), 0, 1)  # (B, 3)
 
     yy = np.arange(CELL)[:, None]                                 # (8, 1) pixel rows in a cell
     xx = np.arange(CELL)[None, :]                                 # (1, 8)
@@ -153,27 +184,20 @@ def render_scenes(rng: np.random.Generator, n: int, require: tuple[str, str] | N
     ring = (dist <= radius[..., None, None]) & (dist >= radius[..., None, None] - 1.4)
     mask = np.where((kind == KIND_BLOCK)[..., None, None], square,
                     np.where((kind == KIND_BOX)[..., None, None], square & ~hole, ring))  # (B, 6, 8, 8)
-    mask &= active[..., None, None]
+    return mask & active[..., None, None]
 
+
+def _paint(cells: np.ndarray, mask: np.ndarray, shade: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The images (B, H, W, C) float32: the table's colour, each slot's pixels painted in its cell."""
+    n, slots = cells.shape
     canvas = np.empty((n, N_CELLS, CELL, CELL, 3), dtype=np.float32)  # (B, 16, 8, 8, 3) cell tiles
     canvas[...] = table[:, None, None, None, :]
-    shade = shade.astype(np.float32)
     b = np.arange(n)
     for j in range(slots):                                        # cells differ, so slots never overlap
         tile = canvas[b, cells[:, j]]                             # (B, 8, 8, 3)
         canvas[b, cells[:, j]] = np.where(mask[:, j, ..., None], shade[:, j, None, None, :], tile)
     images = canvas.reshape(n, GRID, GRID, CELL, CELL, 3).transpose(0, 1, 3, 2, 4, 5)
-    images = images.reshape(n, IMAGE_SIZE, IMAGE_SIZE, 3)         # (B, H, W, C) float32
-
-    blocks = np.full((n, len(COLOUR_NAMES)), -1, dtype=np.int64)  # (B, 5)
-    containers = np.full((n, len(CONTAINER_NAMES)), -1, dtype=np.int64)  # (B, 2)
-    for j in range(MAX_BLOCKS):
-        on = active[:, j]
-        blocks[b[on], colour_order[on, j]] = cells[on, j]
-    for j in range(MAX_CONTAINERS):
-        on = active[:, MAX_BLOCKS + j]
-        containers[b[on], kind_order[on, j]] = cells[on, MAX_BLOCKS + j]
-    return Scenes(images, blocks, containers)
+    return images.reshape(n, IMAGE_SIZE, IMAGE_SIZE, 3)           # (B, H, W, C) float32
 
 
 def render_scene(rng: np.random.Generator, require: tuple[str, str] | None = None) -> Scene:
@@ -279,17 +303,9 @@ def sample_batch(rng: np.random.Generator, n: int, split: str = "train", max_wor
 
 # -- the task: npformer train tabletop ----------------------------------------------------------
 
-def _register_kind() -> None:
-    from ..models.vla import VLA, VLAConfig
-    register_model_kind("vla", VLAConfig, VLA)
-
-
-_register_kind()
-
 EVAL_STREAM = 1_000_003                     # held-out scenes come from their own seed sequence
 
 
-@register_task
 class TabletopTask(Task):
     name = "tabletop"
     model_kind = "vla"
@@ -345,16 +361,3 @@ class TabletopTask(Task):
                 out.update(pick_accuracy=pick / n, place_accuracy=place / n, loss=nll / (2 * n))
         out["n"] = n
         return out
-
-    def draw_attention(self, model, text: str, out_path) -> str:
-        """``npformer attention DIR "INSTRUCTION" --out FIG.png``: the ``npformer act`` figure for
-        scene 0 (``npformer act`` chooses the scene with --seed)."""
-        from ..cli.act import act, scene_for_seed
-        from ..viz.vision import save_act_figure
-
-        scene, _ = scene_for_seed(0)
-        res = act(model, scene, text)
-        save_act_figure(out_path, scene.image, res["words"], res["weights"], res["layout"], res["pick"],
-                        res["place"], model.config.patch_size, title=f"scene 0: {text}",
-                        probs=(res["p_pick"], res["p_place"]))
-        return f"scene 0: pick cell {res['pick']}, place cell {res['place']}\nwrote {out_path}"

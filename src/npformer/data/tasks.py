@@ -8,10 +8,9 @@ A task is a ``Task`` subclass registered under its ``name``. It ties together
 
 Adding a task (e.g. in npformer/data/mytask.py)::
 
-    @register_task
     class MyTask(Task):
         name = "mytask"                     # npformer train mytask
-        model_kind = "classifier"           # or "transformer", "decoder_lm", or your registered kind
+        model_kind = "classifier"           # a key of MODEL_KINDS, or a kind given to register_model_kind
         primary_metric = "accuracy"         # shown in the progress bar and in metrics.json
         higher_is_better = True
 
@@ -24,7 +23,9 @@ Adding a task (e.g. in npformer/data/mytask.py)::
         def train_batch(self, rng, batch_size): return Batch((x, y), n_tokens=x.size)   # model.loss(x, y, ...)
         def evaluate(self, model, n=None, seed=0): return {"accuracy": ..., "loss": ...}
 
-and add its module name to ``TASK_MODULES`` below so the registry imports it on first use.
+and add ``"mytask": ("npformer.data.mytask", "MyTask")`` to ``TASKS`` below: the registry imports the
+module when the task is first asked for. Code outside npformer calls ``register_task(MyTask)`` instead.
+Nothing registers itself when it is imported.
 """
 from __future__ import annotations
 
@@ -35,34 +36,55 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..train.settings import from_dict as settings_from_dict
+from ..settings import from_dict as settings_from_dict
 
-# -- model kinds ----------------------------------------------------------------------------------
+# -- the registry ---------------------------------------------------------------------------------
+# Two tables, resolved lazily with importlib: a module is imported when its entry is first asked for,
+# and a module that fails to import is an error naming it. ``register_task``/``register_model_kind``
+# add entries explicitly (such an entry holds the classes themselves).
 
-# kind -> (module, config class name, model class name); imported on first use
-_MODEL_KINDS: dict[str, tuple] = {
+# task name -> (module, Task class name)
+TASKS: dict[str, tuple] = {
+    "copy": ("npformer.data.copy", "CopyTask"),
+    "dates": ("npformer.data.dates", "DatesTask"),
+    "text": ("npformer.data.text", "TextTask"),
+    "digits": ("npformer.data.digits", "DigitsTask"),
+    "tabletop": ("npformer.data.tabletop", "TabletopTask"),
+}
+
+# model kind -> (module, config class name, model class name)
+MODEL_KINDS: dict[str, tuple] = {
     "transformer": ("npformer.models", "TransformerConfig", "Transformer"),
     "decoder_lm": ("npformer.models", "DecoderLMConfig", "DecoderLM"),
     "classifier": ("npformer.models", "EncoderClassifierConfig", "EncoderClassifier"),
+    "vit": ("npformer.models.vit", "ViTConfig", "ViT"),
+    "vla": ("npformer.models.vla", "VLAConfig", "VLA"),
 }
+
+
+def _resolve(table: dict, what: str, name: str) -> tuple:
+    """The classes of ``table[name]``: imported from (module, *class names), or as registered."""
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; known {what}s: {', '.join(sorted(table))}")
+    module, *names = table[name]
+    if not isinstance(module, str):                   # registered with register_task/register_model_kind
+        return table[name]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{what} {name!r}: module {module} failed to import: {e}") from e
+    return tuple(getattr(mod, n) for n in names)
 
 
 def register_model_kind(kind: str, config_cls, model_cls) -> None:
     """Make ``kind`` buildable: ``config_cls`` is a dataclass of JSON fields, ``model_cls(config, rng=rng)``
     a Module with ``loss(*batch_arrays, label_smoothing=, rng=)``."""
-    _MODEL_KINDS[kind] = (config_cls, model_cls)
+    MODEL_KINDS[kind] = (config_cls, model_cls)
 
 
 def model_kind_classes(kind: str) -> tuple[type, type]:
-    """(config class, model class) of a registered model kind."""
-    if kind not in _MODEL_KINDS:
-        raise ValueError(f"unknown model kind {kind!r}; known: {', '.join(sorted(_MODEL_KINDS))}")
-    entry = _MODEL_KINDS[kind]
-    if isinstance(entry[0], str):
-        mod = importlib.import_module(entry[0])
-        entry = (getattr(mod, entry[1]), getattr(mod, entry[2]))
-        _MODEL_KINDS[kind] = entry
-    return entry
+    """(config class, model class) of a model kind."""
+    return _resolve(MODEL_KINDS, "model kind", kind)
 
 
 def model_config_from_dict(kind: str, d: dict):
@@ -166,44 +188,22 @@ def _has_all_defaults(cls) -> bool:
                for f in dataclasses.fields(cls))
 
 
-# -- the registry ---------------------------------------------------------------------------------
-
-# modules that register tasks when imported; a missing one (not written yet) is skipped
-TASK_MODULES = ["copy", "dates", "text", "digits", "tabletop"]
-_TASKS: dict[str, type[Task]] = {}
-_loaded = False
-
+# -- tasks by name ---------------------------------------------------------------------------------
 
 def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator: make ``cls`` available as ``get_task(cls.name)``."""
+    """Make ``cls`` available as ``get_task(cls.name)``; returns ``cls``. For code outside npformer,
+    called explicitly (npformer's own tasks are listed in ``TASKS``)."""
     if not cls.name or not cls.model_kind:
         raise ValueError(f"task class {cls.__name__} must set name and model_kind")
-    _TASKS[cls.name] = cls
+    TASKS[cls.name] = (cls,)
     return cls
 
 
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for mod in TASK_MODULES:
-        try:
-            importlib.import_module(f"{__package__}.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{mod}":
-                raise
-
-
 def task_names() -> list[str]:
-    """The registered task names, sorted."""
-    _load_all()
-    return sorted(_TASKS)
+    """The task names, sorted."""
+    return sorted(TASKS)
 
 
 def get_task(name: str) -> type[Task]:
-    """The task class registered as ``name``; ValueError listing the known names otherwise."""
-    _load_all()
-    if name not in _TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}")
-    return _TASKS[name]
+    """The task class named ``name``; ValueError listing the known names otherwise."""
+    return _resolve(TASKS, "task", name)[0]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ops.softmax import log_softmax
-from .tasks import Batch, Task, register_task
+from .tasks import Batch, Task
 from .vocab import CharVocab, SharedVocab
 
 
@@ -32,7 +32,6 @@ def read_utf8(path: str) -> str:
     return text
 
 
-@register_task
 class TextTask(SharedVocab, Task):
     name = "text"
     model_kind = "decoder_lm"

@@ -84,9 +84,22 @@ def attention_figure(panels: dict[str, list[np.ndarray]], labels: dict[str, tupl
     of each kind's block. One colour scale, 0..1, for every panel, so heads can be compared.
     The layout is computed in inches (no constrained layout: with hundreds of tick labels it
     is slow), one block of rows per kind with room for its key labels below."""
+    n_heads = _check(panels, labels)
+    fig, grid, fontsize = _layout(panels, labels, n_heads, title)
+    image = _draw_panels(fig, grid, panels, labels, n_heads, fontsize, cmap)
+    width, height = fig.get_size_inches()
+    cax = fig.add_axes((1 - 0.75 / width, 0.3, 0.15 / width, 0.4))
+    fig.colorbar(image, cax=cax, label="attention weight")
+    if title:
+        fig.suptitle(title, y=1 - 0.12 / height, fontsize=11)
+    return fig
+
+
+def _layout(panels: dict, labels: dict, n_heads: int, title: str | None):
+    """(an empty Figure sized in inches, its GridSpec, the tick font size). The grid has one column per
+    head and, per kind, rows [gap above, panel] per layer, then a row of room for the key labels."""
     from matplotlib.figure import Figure
 
-    n_heads = _check(panels, labels)
     max_k = max(len(labels[kind][1]) for kind in panels)
     cell = 0.14 if max_k <= 40 else 0.09                  # inches per token
     fontsize = 7 if max_k <= 40 else 5
@@ -94,12 +107,10 @@ def attention_figure(panels: dict[str, list[np.ndarray]], labels: dict[str, tupl
     label_room = 0.15 + 0.06 * longest * fontsize / 7      # inches for one axis' tick labels
     panel_w = 0.5 + cell * max_k
     gap_w, head_room, layer_gap = 0.15, 0.3, 0.12
-    # rows of the grid: [title gap, panel] per layer, then the key labels' room after each block
-    heights, where = [], []
+    heights = []
     for kind, layers in panels.items():
         for i in range(len(layers)):
             heights.append(head_room if i == 0 else layer_gap)
-            where.append((kind, i))
             heights.append(0.3 + cell * len(labels[kind][0]))
         heights.append(label_room)
     left, right, top = 0.45 + label_room, 1.1, 0.45 if title else 0.05
@@ -109,6 +120,11 @@ def attention_figure(panels: dict[str, list[np.ndarray]], labels: dict[str, tupl
     grid = fig.add_gridspec(len(heights), n_heads, height_ratios=heights, hspace=0.0,
                             wspace=gap_w / panel_w, left=left / width, right=1 - right / width,
                             top=1 - top / height, bottom=0.1 / height)
+    return fig, grid, fontsize
+
+
+def _draw_panels(fig, grid, panels: dict, labels: dict, n_heads: int, fontsize: float, cmap: str):
+    """Draw every heatmap into ``grid`` (laid out by ``_layout``); returns the last image, for the colour bar."""
     image, row = None, 0
     for kind, layers in panels.items():
         q_lab, k_lab = (token_labels(t) for t in labels[kind])
@@ -131,16 +147,12 @@ def attention_figure(panels: dict[str, list[np.ndarray]], labels: dict[str, tupl
                     ax.set_xticks([])
             row += 1
         row += 1                                          # the key labels' room
-    cax = fig.add_axes((1 - 0.75 / width, 0.3, 0.15 / width, 0.4))
-    fig.colorbar(image, cax=cax, label="attention weight")
-    if title:
-        fig.suptitle(title, y=1 - 0.12 / height, fontsize=11)
-    return fig
+    return image
 
 
 def save_attention_figure(panels, labels, path, title: str | None = None, dpi: int = 110) -> Path:
     """Draw ``attention_figure`` and write it as one PNG (atomically). Returns the path."""
-    from ..train.checkpoint import atomic_savefig
+    from ..files import atomic_savefig
 
     path = Path(path)
     if path.suffix.lower() != ".png":

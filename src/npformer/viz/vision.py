@@ -3,6 +3,9 @@
     digit_attention_figure(image, weights, ...)   [CLS] -> patch attention of a ViT, per layer and head
     act_figure(image, words, weights, ...)        a VLA's pick/place cells and what its action tokens read
 
+``draw_digits_attention`` and ``draw_tabletop_attention`` are ``npformer attention``'s drawers for a
+run of the digits (ViT) and tabletop (VLA) tasks.
+
 Weights come from a model's ``attention_weights(cache)`` for one example: a list with one
 (H, T, T) array per layer. A patch's weight is spread over its P x P pixels and drawn as a
 translucent heat map on top of the image. Matplotlib is used through ``Figure`` (Agg canvas),
@@ -37,7 +40,7 @@ def _overlay(ax, image: np.ndarray, heat: np.ndarray, vmax: float | None = None,
 
 
 def _save(fig, path) -> Path:
-    from ..train.checkpoint import atomic_savefig
+    from ..files import atomic_savefig
 
     path = Path(path)
     if path.suffix.lower() != ".png":
@@ -79,6 +82,30 @@ def digit_attention_figure(image: np.ndarray, weights: list, patch: int, title: 
 
 def save_digit_attention(image, weights, patch: int, path, title: str = "") -> Path:
     return _save(digit_attention_figure(image, weights, patch, title), path)
+
+
+def draw_digits_attention(run, text: str, out_path) -> str:
+    """``npformer attention DIR I --out FIG.png`` for a digits run: I is an index into the test split;
+    draws which patches [CLS] attends to, per layer and head, over that digit."""
+    task, model = run.task, run.model
+    try:
+        i = int(text)
+    except ValueError:
+        raise ValueError(f"for a digits run TEXT is a test-set index 0..{len(task.x_test) - 1}, "
+                         f"got {text!r}") from None
+    if not 0 <= i < len(task.x_test):
+        raise ValueError(f"test-set index must be in 0..{len(task.x_test) - 1}, got {i}")
+    if model.config.pool != "cls":
+        raise ValueError("this model pools the mean of the patches; it has no [CLS] token to draw")
+    x = task.x_test[i:i + 1].astype(model.dtype)                 # (1, 8, 8, 1)
+    logits, cache = model.forward(x)
+    pred = int(logits[0].argmax())
+    weights = [w["self"][0] for w in model.attention_weights(cache)]
+    p = model.config.patch_size
+    save_digit_attention(task.x_test[i], weights, p, out_path,
+                         title=f"digits test image {i}: label {task.y_test[i]}, predicted {pred} "
+                               f"- where [CLS] looks (each head's weights over the {p}x{p} patches)")
+    return f"test image {i}: label {task.y_test[i]}, predicted {pred}\nwrote {out_path}"
 
 
 # -- VLA: pick, place, and what the action tokens read ---------------------------------------------
@@ -145,3 +172,20 @@ def act_figure(image: np.ndarray, words: list[str], weights: list, layout: dict,
 
 def save_act_figure(path, *args, **kwargs) -> Path:
     return _save(act_figure(*args, **kwargs), path)
+
+
+def save_act(path, image: np.ndarray, res: dict, patch: int, title: str = "") -> Path:
+    """``save_act_figure`` of what ``npformer.data.tabletop_policy.act`` returned (``res``)."""
+    return save_act_figure(path, image, res["words"], res["weights"], res["layout"], res["pick"], res["place"],
+                           patch, title=title, probs=(res["p_pick"], res["p_place"]))
+
+
+def draw_tabletop_attention(run, text: str, out_path) -> str:
+    """``npformer attention DIR "INSTRUCTION" --out FIG.png`` for a tabletop run: the ``npformer act``
+    figure for scene 0 (``npformer act`` chooses the scene with --seed)."""
+    from ..data.tabletop_policy import act, scene_for_seed
+
+    scene, _ = scene_for_seed(0)
+    res = act(run.model, scene, text)
+    save_act(out_path, scene.image, res, run.model.config.patch_size, title=f"scene 0: {text}")
+    return f"scene 0: pick cell {res['pick']}, place cell {res['place']}\nwrote {out_path}"
