@@ -1,12 +1,12 @@
 # Two commands set everything up on a fresh machine with Python 3 and make:
 #   make demo   - create .venv, install npformer, run the main job
-#   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), run the suite
+#   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), lint, run the suite
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test install install-test bench clean
+.PHONY: demo test lint install install-test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,10 @@ install-test: $(PY)
 demo: install
 	$(VENV)/bin/npformer demo
 
-test: install-test
+lint: install-test
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: lint
 	$(PY) -m pytest
 
 bench: install-test
