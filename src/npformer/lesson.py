@@ -172,10 +172,22 @@ The lesson's four demonstrations, run through npformer's own functions;
 each prints the lesson's lines, then goes one step further.
 """
 RUNNERS = {1: section_1, 2: section_2, 3: section_3, 4: section_4}
+STUDIES_INTRO = """\
+The lesson's three misconceptions are claims about trained models; each is an experiment
+(a table, a figure, and a sentence computed from the numbers, in a few minutes on a CPU):"""
+
+
+def studies_pointer(out=print) -> None:
+    """Where the misconceptions are tested: one ``npformer study`` command each, with its claim."""
+    from .studies import STUDIES, get_study
+
+    _say(out, STUDIES_INTRO)
+    for name in STUDIES:
+        out(f"  npformer study {name:<14} \"{get_study(name).claim}\"")
 
 
 def run(section: int | None = None, out=print) -> None:
-    """Print one section (1-4) or, with None, all four."""
+    """Print one section (1-4) or, with None, all four and then the pointer to ``npformer study``."""
     if section is not None and section not in RUNNERS:
         raise ValueError(f"--section must be 1, 2, 3 or 4, got {section}")
     if section is None:
@@ -184,3 +196,6 @@ def run(section: int | None = None, out=print) -> None:
         if n != (section or 1):
             out("")
         RUNNERS[n](out)
+    if section is None:
+        out("")
+        studies_pointer(out)

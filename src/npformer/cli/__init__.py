@@ -19,7 +19,7 @@ import sys
 
 # the subcommands, in the order --help lists them; each is the module npformer.cli.<name>
 COMMANDS = ["lesson", "info", "demo", "train", "eval", "translate", "generate", "attention", "embed", "similar",
-            "act"]
+            "act", "study"]
 
 
 class CLIError(Exception):

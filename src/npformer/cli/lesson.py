@@ -1,5 +1,7 @@
 """``npformer lesson [--section N]``: the lesson's four demonstrations through npformer's own
-functions, each printed with the lesson's lines and then taken one step further."""
+functions, each printed with the lesson's lines and then taken one step further.
+
+The whole lesson ends by pointing to ``npformer study``, where its misconceptions are tested."""
 from __future__ import annotations
 
 import sys
