@@ -3,6 +3,7 @@ import copy
 
 import numpy as np
 import pytest
+from vision_checks import RTOL, check_loss_and_grads, rel_err
 
 from npformer.models.blocks import sequence_loss
 from npformer.models.vit import ViT, ViTConfig
@@ -10,13 +11,6 @@ from oracles import require
 from random_params import randomize
 
 torch = require("torch")
-
-RTOL = 1e-8
-
-
-def rel_err(a, b):
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30))
 
 
 class TorchViT(torch.nn.Module):
@@ -85,14 +79,7 @@ def test_vit_logits_loss_and_every_gradient(norm_first, pool):
     logits_t = ref(xt)
     assert rel_err(logits, logits_t.detach()) < RTOL
 
-    loss, grads = model.loss(x, y, label_smoothing=0.1)
-    loss_t = torch.nn.functional.cross_entropy(logits_t, torch.tensor(y), label_smoothing=0.1)
-    loss_t.backward()
-    assert abs(loss - loss_t.item()) < 1e-12
-    assert set(grads) == set(tparams)
-    for k, g in grads.items():
-        assert g.shape == tparams[k].shape, k
-        assert rel_err(g, tparams[k].grad) < RTOL, (k, rel_err(g, tparams[k].grad))
+    grads = check_loss_and_grads(torch, model, (x, y), y, logits_t, tparams)
     # backward(dlogits, cache) -> ({"images"}, grads): the same grads, and the images' gradient
     dinputs, grads2 = model.backward(sequence_loss(logits, y, -100, 0.1)[1], cache)
     assert list(dinputs) == ["images"] and rel_err(dinputs["images"], xt.grad) < RTOL

@@ -35,6 +35,10 @@ def add_arguments(p) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model, train or data setting, e.g. d_model=128, train.lr=1e-3 (repeatable)")
     p.add_argument("--data", metavar="FILE", help="the UTF-8 text file of the text task")
+    p.add_argument("--text-encoder", choices=("scratch", "minilm"),
+                   help="tabletop: read instructions with the policy's own word table (scratch, the default) "
+                        "or through the frozen pretrained all-MiniLM-L6-v2 (minilm); the same as "
+                        "--set text_encoder=...")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--force", action="store_true", help="replace an existing run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -61,6 +65,10 @@ def run(args) -> int:
         raise CLIError("--resume and --force contradict each other")
     config_cls, _ = model_kind_classes(task_cls.model_kind)
     sets = parse_overrides(args.set, {"model": config_cls, "train": TrainConfig, "data": task_cls.Settings})
+    if args.text_encoder is not None:                            # a data setting of the tabletop task
+        if "text_encoder" not in getattr(task_cls.Settings, "__dataclass_fields__", {}):
+            raise CLIError(f"--text-encoder is an option of the tabletop task, not of {args.task!r}")
+        sets["data"]["text_encoder"] = args.text_encoder
     budget = {}
     if args.steps is not None:
         budget["steps"] = args.steps

@@ -11,16 +11,24 @@ Action: two discrete tokens, the cell to pick from and the cell to place in.
 Held-out split: instructions that pair yellow with the bowl never appear in training
 (``split="train"``); ``split="yellow_bowl"`` gives only those.
 
-Dimension legend: B scenes, L words (padded), H = W = 32 pixels, C = 3 channels.
+Reading: the task's ``text_encoder`` setting says how the policy reads an instruction, as word ids
+into its own table (``ScratchText``, "scratch", the default) or as the frozen all-MiniLM-L6-v2's
+word-piece states (``pretrained_text.PretrainedText``, "minilm"; ``npformer train tabletop
+--text-encoder minilm``).
+
+Dimension legend: B scenes, L words or word pieces (padded), S text-state width, H = W = 32 pixels,
+C = 3 channels.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..ops import log_softmax
+from .pretrained_text import PretrainedText
 from .tasks import Batch, Task
 
 GRID = 4                                    # cells per side
@@ -251,11 +259,16 @@ def check_instruction(scene: Scene, instruction: str) -> tuple[str, str]:
     """Validate an instruction against a scene before acting on it; returns (colour, container)."""
     encode(instruction)
     colour, container = parse(instruction)
-    if colour not in scene.blocks:
-        raise ValueError(f"there is no {colour} block in this scene (blocks: {', '.join(sorted(scene.blocks))})")
-    if container not in scene.containers:
-        raise ValueError(f"there is no {container} in this scene (containers: {', '.join(sorted(scene.containers))})")
+    check_in_scene(scene, colour, container)
     return colour, container
+
+
+def check_in_scene(scene: Scene, colour: str | None, container: str | None) -> None:
+    """ValueError unless the scene holds the block of ``colour`` and the ``container`` (None: not checked)."""
+    if colour is not None and colour not in scene.blocks:
+        raise ValueError(f"there is no {colour} block in this scene (blocks: {', '.join(sorted(scene.blocks))})")
+    if container is not None and container not in scene.containers:
+        raise ValueError(f"there is no {container} in this scene (containers: {', '.join(sorted(scene.containers))})")
 
 
 # -- episodes ----------------------------------------------------------------------------------
@@ -301,6 +314,76 @@ def sample_batch(rng: np.random.Generator, n: int, split: str = "train", max_wor
     return ids, scenes.images, actions, texts
 
 
+# -- how the policy reads an instruction ---------------------------------------------------------
+TEXT_ENCODERS = ("scratch", "minilm")       # TabletopTask.Settings.text_encoder
+MINILM_MAX_PIECES = 32                      # word pieces per instruction, [CLS] and [SEP] included
+
+
+class ScratchText:
+    """The policy's own words: ids (B, MAX_WORDS) into its word table (``VOCAB``), learned from the
+    templates alone; a word they never use has no row. ``PretrainedText`` is the other reader."""
+
+    name = "scratch"
+    text_dim = 0                            # the model looks word ids up (VLAConfig.text_dim)
+    max_words = MAX_WORDS
+
+    def tokens(self, text: str) -> list[str]:
+        """The words the policy reads, in order."""
+        return tokenize(text)
+
+    def unknown(self, text: str) -> list[str]:
+        """The words its vocabulary does not hold."""
+        return [w for w in tokenize(text) if w not in WORD_TO_ID]
+
+    def inputs(self, texts: list[str], unknown_ok: bool = False) -> np.ndarray:
+        """Word ids (B, MAX_WORDS) int64, 0-padded. An unknown word raises ValueError or, with ``unknown_ok``,
+        becomes the padding id: the table has no [UNK] row (one would change the vocabulary and every
+        seeded weight), so the policy does not see that word, as it would learn nothing from an [UNK] it
+        never trained on."""
+        if not unknown_ok:
+            return np.stack([encode(t) for t in texts])           # (B, L)
+        out = np.zeros((len(texts), MAX_WORDS), dtype=np.int64)  # (B, L)
+        for i, text in enumerate(texts):
+            words = tokenize(text)
+            if not words:
+                raise ValueError("the instruction is empty")
+            if len(words) > MAX_WORDS:
+                raise ValueError(f"the instruction has {len(words)} words, at most {MAX_WORDS} are allowed")
+            out[i, :len(words)] = [WORD_TO_ID.get(w, 0) for w in words]
+        return out
+
+
+@functools.cache
+def text_reader(name: str):
+    """The reader named ``name`` (one of TEXT_ENCODERS), one per process: MiniLM loads once, and the
+    states it computed are shared by every task and command that reads instructions."""
+    if name == "scratch":
+        return ScratchText()
+    if name == "minilm":
+        return PretrainedText(max_words=MINILM_MAX_PIECES)
+    raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {name!r}")
+
+
+def reader_for(model):
+    """The reader a VLA model's words come from; its config's text_dim says which (0: its own table)."""
+    reader = text_reader("minilm" if model.config.text_dim else "scratch")
+    if reader.text_dim != model.config.text_dim:
+        raise ValueError(f"the model reads {model.config.text_dim}-wide text states; all-MiniLM-L6-v2 gives "
+                         f"{reader.text_dim}")
+    return reader
+
+
+def model_words(reader, model, texts: list[str], unknown_ok: bool = False) -> np.ndarray:
+    """``reader.inputs(texts)`` ready for ``model``: ids as they are, text states in the model's dtype."""
+    words = reader.inputs(texts, unknown_ok=unknown_ok)           # (B, L) or (B, L, S)
+    return words.astype(model.dtype, copy=False) if words.dtype.kind == "f" else words
+
+
+def real_words(words: np.ndarray) -> int:
+    """How many words (or word pieces) a batch really holds: non-zero ids, or text states not all zero."""
+    return int(((words != 0).any(axis=-1) if words.ndim == 3 else words != 0).sum())
+
+
 # -- the task: npformer train tabletop ----------------------------------------------------------
 
 EVAL_STREAM = 1_000_003                     # held-out scenes come from their own seed sequence
@@ -316,24 +399,50 @@ class TabletopTask(Task):
     @dataclass
     class Settings:
         eval_size: int = 2000           # held-out scenes per split when evaluating with no --n
+        text_encoder: str = "scratch"   # how instructions are read: "scratch" (the policy's own word table)
+                                        # or "minilm" (frozen all-MiniLM-L6-v2 word-piece states, projected)
 
         def __post_init__(self) -> None:
             if self.eval_size < 1:
                 raise ValueError(f"eval_size must be >= 1, got {self.eval_size}")
+            if self.text_encoder not in TEXT_ENCODERS:
+                raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
+
+    @property
+    def reader(self):
+        """What turns instructions into the model's words: ``ScratchText`` or ``PretrainedText``."""
+        return text_reader(self.settings.text_encoder)
 
     def default_model_config(self) -> dict:
-        return {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": CELL,
-                "in_channels": 3, "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.0}
+        cfg = {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": CELL,
+               "in_channels": 3, "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.0}
+        if self.settings.text_encoder != "scratch":
+            cfg.update(text_dim=self.reader.text_dim, max_words=self.reader.max_words)
+        return cfg
+
+    def build_model(self, config, rng: np.random.Generator):
+        model = super().build_model(config, rng)
+        if model.config.text_dim != self.reader.text_dim:
+            raise ValueError(f"text_encoder {self.settings.text_encoder!r} gives the model "
+                             f"{'word ids' if not self.reader.text_dim else f'{self.reader.text_dim}-wide states'}"
+                             f", but the model config has text_dim {model.config.text_dim}")
+        return model
 
     def default_train_config(self) -> dict:
-        return {"steps": 800, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 50,
-                "optimizer": "adamw", "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 250,
-                "eval_n": 500}
+        cfg = {"steps": 800, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 50,
+               "optimizer": "adamw", "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 250,
+               "eval_n": 500}
+        if self.settings.text_encoder != "scratch":
+            # the policy's matrices are 64 wide: a second BLAS thread buys nothing on a quiet machine (the
+            # weights come out the same) and costs up to 5x when other jobs share the cores
+            cfg["blas_threads"] = 1
+        return cfg
 
     def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
-        ids, images, actions, _ = sample_batch(rng, batch_size, "train")
-        n_tokens = int((ids != 0).sum()) + batch_size * (N_CELLS + 2)  # words + patches + action tokens
-        return Batch((ids, images, actions), n_tokens=n_tokens)
+        scenes, texts, actions = sample_episodes(rng, batch_size, "train")
+        words = self.reader.inputs(texts)                             # (B, L) ids or (B, L, S) states
+        n_tokens = real_words(words) + batch_size * (N_CELLS + 2)     # words + patches + action tokens
+        return Batch((words, scenes.images, actions), n_tokens=n_tokens)
 
     def evaluate(self, model, n: int | None = None, seed: int = 0, batch_size: int = 500) -> dict:
         """On ``n`` fresh held-out scenes per split, drawn with ``seed`` from a stream training never uses:
@@ -348,8 +457,9 @@ class TabletopTask(Task):
             ok = pick = place = 0
             nll = 0.0
             for i in range(0, n, batch_size):
-                ids, images, actions, _ = sample_batch(rng, min(batch_size, n - i), split)
-                logits, _ = model.forward(ids, images.astype(model.dtype))        # (B, 2, N)
+                scenes, texts, actions = sample_episodes(rng, min(batch_size, n - i), split)
+                words = model_words(self.reader, model, texts)                    # (B, L) or (B, L, S)
+                logits, _ = model.forward(words, scenes.images.astype(model.dtype))  # (B, 2, N)
                 pred = logits.argmax(-1)                                          # (B, 2)
                 logp = log_softmax(logits.astype(np.float64))                    # (B, 2, N)
                 nll -= float(np.take_along_axis(logp, actions[..., None], -1).sum())

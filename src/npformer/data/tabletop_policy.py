@@ -1,25 +1,35 @@
-"""A trained tabletop policy (``npformer train tabletop``) at work: acting on one scene, and what its
-attention reads over many. ``npformer act`` prints and draws these; ``npformer attention`` on a
-tabletop run draws ``act`` for scene 0.
+"""A trained tabletop policy (``npformer train tabletop``) at work: acting on one scene, what its
+attention reads over many, and how it does on instructions of your own (a file of them, such as the
+shipped paraphrase set in ``paraphrases/``). ``npformer act`` prints and draws the first two;
+``npformer attention`` on a tabletop run draws ``act`` for scene 0; ``npformer eval DIR
+--instructions FILE`` runs the third. Each works for both policies, scratch and MiniLM
+(``tabletop.reader_for`` says how a model reads its words).
 
 Dimension legend: B instructions, L layers, H heads, T tokens (2 action tokens, the word slots,
 the image patches; ``model.layout(n_words)`` names their slices).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ..ops import softmax_forward
 from .tabletop import (
+    COLOUR_NAMES,
     COLOURS,
+    CONTAINER_NAMES,
     CONTAINERS,
+    EVAL_STREAM,
     GRID,
-    WORD_TO_ID,
     Scene,
+    check_in_scene,
     check_instruction,
-    encode,
-    sample_batch,
+    model_words,
+    reader_for,
+    render_scenes,
     sample_episode,
+    sample_episodes,
     tokenize,
 )
 
@@ -35,18 +45,41 @@ def scene_for_seed(seed: int) -> tuple[Scene, str]:
 
 def act(model, scene: Scene, instruction: str) -> dict:
     """Check the instruction against the scene (ValueError on bad input), then predict. Returns a dict
-    with the words, the predicted cells and probabilities, the true cells, the attention weights
-    (per layer (H, T, T)) and the token layout."""
-    colour, container = check_instruction(scene, instruction)
-    ids = encode(instruction, model.config.max_words)[None]          # (1, L)
-    logits, cache = model.forward(ids, scene.image[None].astype(model.dtype))  # (1, 2, N)
+    with the words (word pieces for a MiniLM policy), the predicted cells and probabilities, the true
+    cells, the attention weights (per layer (H, T, T)) and the token layout.
+
+    The scratch policy refuses a word its vocabulary lacks and an instruction that names no colour or
+    container of the world. The MiniLM policy reads any text: a colour or container it names with the
+    world's words must be in the scene, and gives the true cell; one it names otherwise (a paraphrase:
+    "the crimson one goes in the crate") leaves that true cell None."""
+    reader = reader_for(model)
+    if reader.name == "scratch":
+        colour, container = check_instruction(scene, instruction)
+    else:
+        colour, container = _named(scene, instruction)
+    words = model_words(reader, model, [instruction])                 # (1, L) ids or (1, L, S) states
+    logits, cache = model.forward(words, scene.image[None].astype(model.dtype))  # (1, 2, N)
     probs, _ = softmax_forward(logits[0].astype(np.float64))        # (2, N)
     pick, place = (int(i) for i in probs.argmax(-1))
-    return {"words": tokenize(instruction), "pick": pick, "place": place,
+    return {"words": reader.tokens(instruction), "pick": pick, "place": place,
             "p_pick": float(probs[0, pick]), "p_place": float(probs[1, place]),
-            "true_pick": scene.blocks[colour], "true_place": scene.containers[container],
+            "true_pick": scene.blocks[colour] if colour else None,
+            "true_place": scene.containers[container] if container else None,
             "weights": [w["self"][0] for w in model.attention_weights(cache)],
-            "layout": model.layout(ids.shape[1])}
+            "layout": model.layout(words.shape[1])}
+
+
+def _named(scene: Scene, instruction: str) -> tuple[str | None, str | None]:
+    """The colour and the container the instruction names with the world's words, each None unless it
+    names exactly one; the scene must hold those it names (ValueError otherwise)."""
+    words = tokenize(instruction)
+    if not words:
+        raise ValueError("the instruction is empty")
+    colours, containers = sorted({w for w in words if w in COLOURS}), sorted({w for w in words if w in CONTAINERS})
+    colour = colours[0] if len(colours) == 1 else None
+    container = containers[0] if len(containers) == 1 else None
+    check_in_scene(scene, colour, container)
+    return colour, container
 
 
 def describe(scene: Scene) -> str:
@@ -67,10 +100,7 @@ STUDY_KEYS = ("block->colour", "block->the_before_colour", "block->all_the", "pi
               "the_before_colour->colour")
 _BEATS = "block->colour beats block->the"       # the share of wins, kept with the sums while counting
 
-_THE = WORD_TO_ID["the"]
-_NOUNS = {WORD_TO_ID["block"], WORD_TO_ID["cube"]}
-_COLOUR_IDS = {WORD_TO_ID[c] for c in COLOURS}
-_CONTAINER_IDS = {WORD_TO_ID[k] for k in CONTAINERS}
+_NOUNS = ("block", "cube")
 
 
 def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict:
@@ -82,23 +112,28 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
       total weight on words and on patches;
     and the share of instructions where block -> colour beats block -> the (the article before it),
     "the" (before the colour) -> colour, and the weight one key would get if attention were uniform.
-    "block" means the block noun ("block" or "cube") of the instruction."""
+    "block" means the block noun ("block" or "cube") of the instruction. The words are the tokens the
+    policy reads: the instruction's words (scratch), or MiniLM's word pieces, [CLS] and [SEP] included
+    (every word of the templates is one piece)."""
     rng = np.random.default_rng([seed, 99])
+    reader = reader_for(model)
     sums = None
     uniform = 0.0                                                 # the weight of one key if attention were uniform
     done = 0
     while done < n:
         b = min(batch_size, n - done)
-        ids, images, actions, _ = sample_batch(rng, b, "all", model.config.max_words)
-        _, cache = model.forward(ids, images.astype(model.dtype))
+        scenes, texts, actions = sample_episodes(rng, b, "all")
+        words = model_words(reader, model, texts)                 # (B, L) or (B, L, S)
+        _, cache = model.forward(words, scenes.images.astype(model.dtype))
         w = np.stack([x["self"] for x in model.attention_weights(cache)], axis=1)  # (B, layers, H, T, T)
-        lay = model.layout(ids.shape[1])
+        lay = model.layout(words.shape[1])
         if sums is None:
             sums = {k: np.zeros(w.shape[1:3]) for k in (*STUDY_KEYS, _BEATS)}      # (layers, H) each
         for i in range(b):
-            for k, v in _instruction_terms(w[i], _positions(ids[i]), lay, actions[i]).items():
+            tokens = reader.tokens(texts[i])
+            for k, v in _instruction_terms(w[i], _positions(tokens), lay, actions[i]).items():
                 sums[k] += v
-            uniform += 1.0 / (2 + int((ids[i] != 0).sum()) + lay["patches"].stop - lay["patches"].start)
+            uniform += 1.0 / (2 + len(tokens) + lay["patches"].stop - lay["patches"].start)
         done += b
     # every template puts "the" right before the colour, so block->the_before_colour has n terms
     wins = sums.pop(_BEATS)
@@ -107,15 +142,15 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     return {"n": n, "seed": seed, "indexing": "[layer][head]", "uniform_weight": round(uniform / n, 4), **out}
 
 
-def _positions(row: np.ndarray) -> dict:
-    """Word positions in one instruction's ids (L,): the block noun, the colour, the container, every
+def _positions(tokens: list[str]) -> dict:
+    """Word positions in one instruction's tokens: the block noun, the colour, the container, every
     "the", and the "the" right before the colour (None if the colour has none)."""
-    colour = next(j for j, t in enumerate(row) if t in _COLOUR_IDS)
-    return {"noun": next(j for j, t in enumerate(row) if t in _NOUNS),
+    colour = next(j for j, t in enumerate(tokens) if t in COLOURS)
+    return {"noun": next(j for j, t in enumerate(tokens) if t in _NOUNS),
             "colour": colour,
-            "container": next(j for j, t in enumerate(row) if t in _CONTAINER_IDS),
-            "thes": [j for j, t in enumerate(row) if t == _THE],
-            "before": colour - 1 if colour > 0 and row[colour - 1] == _THE else None}
+            "container": next(j for j, t in enumerate(tokens) if t in CONTAINERS),
+            "thes": [j for j, t in enumerate(tokens) if t == "the"],
+            "before": colour - 1 if colour > 0 and tokens[colour - 1] == "the" else None}
 
 
 def _instruction_terms(wi: np.ndarray, pos: dict, lay: dict, action: np.ndarray) -> dict:
@@ -141,3 +176,64 @@ def _instruction_terms(wi: np.ndarray, pos: dict, lay: dict, action: np.ndarray)
         terms[f"{name}->all_words"] = wi[:, :, a, lay["words"]].sum(-1)
         terms[f"{name}->all_patches"] = wi[:, :, a, lay["patches"]].sum(-1)
     return terms
+
+
+# -- instructions of your own: npformer eval DIR --instructions FILE --------------------------------
+PARAPHRASES = Path(__file__).parent / "paraphrases"   # the shipped paraphrase set, one .tsv per part
+
+
+def read_instructions(path) -> list[tuple[int, str, str, str]]:
+    """Lines ``instruction<TAB>colour<TAB>container`` -> [(line number, instruction, colour, container)].
+    Blank lines and lines starting with "#" are skipped. ValueError, naming the file and the line, for a
+    malformed line or a colour or container outside the world; for a file with no instruction."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(f.strip() for f in fields):
+            got = "an empty field" if len(fields) == 3 else f"{len(fields)} tab-separated field(s)"
+            raise ValueError(f"{path} line {n}: expected instruction<TAB>colour<TAB>container, got {got}")
+        instruction, colour, container = (f.strip() for f in fields)
+        if colour not in COLOURS:
+            raise ValueError(f"{path} line {n}: colour {colour!r} is not in the world ({', '.join(COLOURS)})")
+        if container not in CONTAINERS:
+            raise ValueError(f"{path} line {n}: container {container!r} is not in the world "
+                             f"({', '.join(CONTAINERS)})")
+        out.append((n, instruction, colour, container))
+    if not out:
+        raise ValueError(f"{path} holds no instructions (one per line: instruction<TAB>colour<TAB>container)")
+    return out
+
+
+def evaluate_instructions(model, lines: list, n: int = 200, seed: int = 0, source: str = "") -> dict:
+    """Success on each of ``lines`` [(line number, instruction, colour, container)] over ``n`` fresh
+    scenes holding that colour's block and that container (a line's scenes depend on the seed and
+    its place in the list only), scored as ``TabletopTask.evaluate`` scores a scene: pick and place both right.
+    Words the model's vocabulary does not know are read as the reader reads them (``unknown_ok``):
+    the scratch policy does not see them, MiniLM reads any text. A line the reader refuses (too long,
+    empty) is a ValueError naming ``source`` (the file) and its line number."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    reader = reader_for(model)
+    words = []
+    for number, text, _, _ in lines:                              # every line checked before scoring
+        try:
+            words.append(model_words(reader, model, [text], unknown_ok=True))  # (1, L) or (1, L, S)
+        except ValueError as e:
+            raise ValueError(f"{source or 'instructions'} line {number}: {e}") from None
+    rows = []
+    for k, ((number, text, colour, container), w) in enumerate(zip(lines, words, strict=True)):
+        rng = np.random.default_rng([seed, EVAL_STREAM, 2, k])
+        scenes = render_scenes(rng, n, require=(colour, container))
+        truth = np.stack([scenes.blocks[:, COLOUR_NAMES.index(colour)],
+                          scenes.containers[:, CONTAINER_NAMES.index(container)]], axis=1)  # (n, 2)
+        pred = model.act(np.repeat(w, n, axis=0), scenes.images.astype(model.dtype))       # (n, 2)
+        unknown = reader.unknown(text)
+        rows.append({"line": number, "instruction": text, "colour": colour, "container": container,
+                     "success": float((pred == truth).all(axis=1).mean()), "unknown_words": unknown})
+    return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows), "n": n,
+            "text_encoder": reader.name, "unknown_words": sum(len(r["unknown_words"]) for r in rows),
+            "lines_with_unknown_words": sum(bool(r["unknown_words"]) for r in rows), "lines": rows}

@@ -1,7 +1,8 @@
 """A tiny vision-language-action policy: one transformer reads words and image patches as one sequence.
 
     seq = [PICK, PLACE]                         two learned action query tokens
-        + words    E_w[ids] * sqrt(E) + P_w[i] + type[word]
+        + words    E_w[ids] * sqrt(E) + P_w[i] + type[word]                 (text_dim == 0)
+             or    W_t s_i + b_t + type[word]   s_i: a frozen text encoder's state of word piece i
         + patches  W patch + b + P_p[n] + type[patch]       (npformer.nn.patches)
     h   = Encoder(seq)                          pre-LN, padded words masked as keys
     head="pointer" (default): each action token points at a cell, attention-style,
@@ -13,10 +14,18 @@ table over the grid) and a type embedding that says which kind of token it is. T
 tokens read everything through attention, so their attention weights show what the policy
 looked at to act.
 
-Keys: ``action_queries`` (1, 2, E), ``word_embed.tok.weight``, ``word_embed.pos.weight``,
-``patch_embed.{weight,bias,pos_embed}``, ``type_embed.weight`` (2, E), ``encoder.*``,
-``pick_head.*``, ``place_head.*`` and, for the pointer head, ``cell_key.weight``.
-Dimension legend: B batch, L words, N patches (= cells), T = 2 + L + N tokens, E width.
+The words come in one of two ways. ``text_dim == 0``: word ids, looked up in a table learned from
+scratch. ``text_dim == S > 0``: each word piece's S-wide hidden state from a frozen pretrained
+language model (all-MiniLM-L6-v2 in the tabletop task), projected to E by ``text_proj``; the states
+already carry the word's context and order, so no position table is added. The policy never sees
+the language model's weights, only its states, and trains the projection with everything else.
+
+Keys: ``action_queries`` (1, 2, E), ``word_embed.tok.weight``, ``word_embed.pos.weight`` (or, when
+text_dim > 0, ``text_proj.{weight,bias}``), ``patch_embed.{weight,bias,pos_embed}``,
+``type_embed.weight`` (2, E), ``encoder.*``, ``pick_head.*``, ``place_head.*`` and, for the pointer
+head, ``cell_key.weight``.
+Dimension legend: B batch, L words, S text-state width, N patches (= cells), T = 2 + L + N tokens,
+E width.
 """
 from __future__ import annotations
 
@@ -24,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Embedding, Embeddings, Encoder, Linear, Module, add_grads
+from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from ..ops import cross_entropy_backward, cross_entropy_forward
 from .blocks import encoder_stack, init_model
@@ -42,10 +51,25 @@ from .config import (
 N_ACTIONS = 2                      # pick, place
 
 
+def check_text_states(states, text_dim: int, max_words: int, dtype) -> np.ndarray:
+    """Return ``states`` if it is a finite (B, L, S) array in ``dtype`` with B >= 1, 1 <= L <= max_words and
+    S == text_dim, or raise naming what was expected."""
+    if not isinstance(states, np.ndarray) or states.ndim != 3 or states.shape[2] != text_dim \
+            or not states.shape[0] or not 1 <= states.shape[1] <= max_words:
+        raise ValueError(f"words must be text states of shape (B, L <= {max_words}, {text_dim}) for this model "
+                         f"(text_dim {text_dim}), got {getattr(states, 'shape', type(states).__name__)} "
+                         f"{getattr(states, 'dtype', '')}".rstrip())
+    if states.dtype != dtype:
+        raise TypeError(f"text states must have the model's dtype {dtype}, got {states.dtype}")
+    if not np.isfinite(states).all():
+        raise ValueError("text states contain NaN or inf")
+    return states
+
+
 @dataclass
 class VLAConfig(BlockConfig):
-    vocab_size: int                # word vocabulary, id pad_id is padding
-    max_words: int = 16            # L: instructions are padded to this many words
+    vocab_size: int                # word vocabulary, id pad_id is padding (unused when text_dim > 0)
+    max_words: int = 16            # L: instructions are padded to at most this many words (or word pieces)
     image_size: int = 32           # square RGB images, pixels per side
     patch_size: int = 8            # P: one patch per grid cell
     in_channels: int = 3           # C
@@ -59,11 +83,13 @@ class VLAConfig(BlockConfig):
     pad_id: int = 0                # padding word id, masked out as a key
     head: str = "pointer"          # "pointer": action query . patch key per cell; "linear": a fixed map
     eps: float = 1e-5              # LayerNorm epsilon
+    text_dim: int = 0              # 0: words are ids into a learned table; S > 0: S-wide frozen text states
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "d_model", "n_heads",
                      "d_ff", "n_layers"):
             check_int(name, getattr(self, name))
+        check_int("text_dim", self.text_dim, minimum=0)
         check_patch_grid(self.image_size, self.patch_size)
         self.check_block_fields()            # no final_norm field: a final norm exactly when pre-LN
         check_pad_id(self.pad_id, self.vocab_size)
@@ -80,8 +106,12 @@ class VLA(Module):
     def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
         c, rng = init_model(self, config, VLAConfig, rng)
         self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
-        self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional="learned",
-                                                 dropout=c.dropout, rng=rng, dtype=dtype))
+        if c.text_dim:
+            self.add_module("text_proj", Linear(c.text_dim, c.d_model, rng=rng, dtype=dtype))
+            self.add_module("text_dropout", Dropout(c.dropout))
+        else:
+            self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional="learned",
+                                                     dropout=c.dropout, rng=rng, dtype=dtype))
         self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
                                                       cls_token=False, positional="learned", dropout=c.dropout,
                                                       rng=rng, dtype=dtype))
@@ -99,28 +129,38 @@ class VLA(Module):
         a, n = N_ACTIONS, self.config.n_cells
         return {"actions": slice(0, a), "words": slice(a, a + n_words), "patches": slice(a + n_words, a + n_words + n)}
 
-    def check_inputs(self, word_ids, images, rng=None):
-        """Validate word ids ((B, L) ints in the vocabulary, L <= max_words), images ((B, H, W, C) in the
-        model's dtype, finite) and the rng. Returns (word_ids, images)."""
+    def check_inputs(self, words, images, rng=None):
+        """Validate the words (word ids (B, L) ints in the vocabulary or, when text_dim = S > 0, text states
+        (B, L, S) in the model's dtype, finite; L <= max_words), the images ((B, H, W, C) in the model's
+        dtype, finite) and the rng. Returns (words, images)."""
         c = self.config
         check_rng(self, rng, c.dropout)
-        word_ids = check_ids(word_ids, "word_ids", c.vocab_size, c.max_words)
-        images = check_images(images, c.image_size, c.in_channels, self.dtype, batch=len(word_ids),
-                              context=f" to go with word_ids {word_ids.shape}")
-        return word_ids, images
+        if c.text_dim:
+            words = check_text_states(words, c.text_dim, c.max_words, self.dtype)
+        else:
+            words = check_ids(words, "word_ids", c.vocab_size, c.max_words)
+        images = check_images(images, c.image_size, c.in_channels, self.dtype, batch=len(words),
+                              context=f" to go with words {words.shape}")
+        return words, images
 
-    def forward(self, word_ids: np.ndarray, images: np.ndarray, rng=None):
-        """word_ids (B, L) int, images (B, H, W, C) -> (logits (B, 2, N): pick and place over cells, cache)."""
+    def word_mask(self, words: np.ndarray) -> np.ndarray:
+        """(B, L) bool, True for a real word: an id other than pad_id, or a text state that is not all
+        zeros (a frozen language model's states never are; padding is)."""
+        return (words != 0).any(axis=-1) if self.config.text_dim else words != self.config.pad_id
+
+    def forward(self, words: np.ndarray, images: np.ndarray, rng=None):
+        """words: ids (B, L) int, or text states (B, L, S) when text_dim = S > 0 (padding: rows of zeros);
+        images (B, H, W, C) -> (logits (B, 2, N): pick and place over cells, cache)."""
         c = self.config
-        word_ids, images = self.check_inputs(word_ids, images, rng)
-        b, n_words = word_ids.shape
+        words, images = self.check_inputs(words, images, rng)
+        b, n_words = words.shape[:2]
         tw = self.type_embed.params["weight"]                     # (2, E)
-        xw, c_w = self.word_embed.forward(word_ids, rng)          # (B, L, E)
+        xw, c_w = self._words_forward(words, rng)                 # (B, L, E)
         xp, c_p = self.patch_embed.forward(images, rng)           # (B, N, E)
         xa = np.broadcast_to(self.params["action_queries"], (b, N_ACTIONS, c.d_model))  # (B, 2, E)
         x = np.concatenate([xa, xw + tw[self.WORD], xp + tw[self.PATCH]], axis=1)     # (B, T, E)
         keep = np.ones((b, x.shape[1]), dtype=bool)               # (B, T): padded words are not keys
-        keep[:, self.layout(n_words)["words"]] = word_ids != c.pad_id
+        keep[:, self.layout(n_words)["words"]] = self.word_mask(words)
         h, c_enc = self.encoder.forward(x, mask=keep[:, None, None, :], rng=rng)  # (B, T, E)
         pick, c_pick = self.pick_head.forward(h[:, 0])            # (B, N) or pointer query (B, E)
         place, c_place = self.place_head.forward(h[:, 1])         # (B, N) or (B, E)
@@ -135,9 +175,31 @@ class VLA(Module):
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
 
+    def _words_forward(self, words: np.ndarray, rng):
+        """The word tokens (B, L, E) before their type embedding, and the cache."""
+        if not self.config.text_dim:
+            return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
+        x, c_proj = self.text_proj.forward(words)                 # (B, L, E) = s W_t^T + b_t
+        x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
+        return x, (c_proj, c_drop)
+
+    def _words_backward(self, dxw: np.ndarray, c_w, grads: dict):
+        """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None
+        for word ids."""
+        if not self.config.text_dim:
+            _, g = self.word_embed.backward(dxw, c_w)
+            add_grads(grads, g, "word_embed")
+            return None
+        c_proj, c_drop = c_w
+        dxw, _ = self.text_dropout.backward(dxw, c_drop)
+        dstates, g = self.text_proj.backward(dxw, c_proj)          # (B, L, S)
+        add_grads(grads, g, "text_proj")
+        return dstates
+
     def backward(self, dlogits: np.ndarray, cache):
-        """dlogits (B, 2, N) -> ({"images": d loss / d images (B, H, W, C)}, grads), grads one per
-        state_dict key. The word ids have no gradient."""
+        """dlogits (B, 2, N) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
+        d images (B, H, W, C)} and, when text_dim > 0, "words": d loss / d text states (B, L, S); word ids
+        have no gradient."""
         c_w, c_p, c_enc, c_pick, c_place, c_key, h_shape, n_words = cache
         lay = self.layout(n_words)
         grads: dict = {}
@@ -162,34 +224,34 @@ class VLA(Module):
         dtype_w[self.WORD] = dxw.sum(axis=(0, 1))
         dtype_w[self.PATCH] = dxp.sum(axis=(0, 1))
         grads["type_embed.weight"] = dtype_w
-        _, g = self.word_embed.backward(dxw, c_w)
-        add_grads(grads, g, "word_embed")
+        dwords = self._words_backward(dxw, c_w, grads)
         dimages, g = self.patch_embed.backward(dxp, c_p)          # (B, H, W, C)
         add_grads(grads, g, "patch_embed")
-        return {"images": dimages}, grads
+        return ({"images": dimages} if dwords is None else {"images": dimages, "words": dwords}), grads
 
-    def loss(self, word_ids, images, actions, label_smoothing: float = 0.0, rng=None):
-        """Mean cross-entropy over both action tokens; actions (B, 2) int [pick, place]. Returns (loss, grads)."""
+    def loss(self, words, images, actions, label_smoothing: float = 0.0, rng=None):
+        """Mean cross-entropy over both action tokens; words as ``forward``'s, actions (B, 2) int [pick,
+        place]. Returns (loss, grads)."""
         actions = np.asarray(actions)
         n_cells = self.config.n_cells
-        if actions.dtype.kind not in "iu" or actions.shape != (len(word_ids), N_ACTIONS):
-            raise ValueError(f"actions must be integer (pick, place) cells of shape ({len(word_ids)}, 2), "
+        if actions.dtype.kind not in "iu" or actions.shape != (len(words), N_ACTIONS):
+            raise ValueError(f"actions must be integer (pick, place) cells of shape ({len(words)}, 2), "
                              f"got {actions.dtype} {actions.shape}")
         if actions.min() < 0 or actions.max() >= n_cells:
             raise ValueError(f"actions hold cells outside [0, {n_cells}): min {actions.min()}, max {actions.max()}")
-        logits, cache = self.forward(word_ids, images, rng)       # (B, 2, N)
+        logits, cache = self.forward(words, images, rng)          # (B, 2, N)
         b, a, n = logits.shape
         loss, lc = cross_entropy_forward(logits.reshape(b * a, n), actions.reshape(b * a),
                                          label_smoothing=label_smoothing)
         dlogits = cross_entropy_backward(1.0, lc).reshape(b, a, n)
         return float(loss), self.backward(dlogits, cache)[1]
 
-    def act(self, word_ids: np.ndarray, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
-        """Predicted (pick, place) cells (B, 2), in eval mode, in batches."""
+    def act(self, words: np.ndarray, images: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Predicted (pick, place) cells (B, 2), in eval mode, in batches; words as ``forward``'s."""
         was_training = self.training
         self.eval()
-        out = [self.forward(word_ids[i:i + batch_size], images[i:i + batch_size])[0].argmax(-1)
-               for i in range(0, len(word_ids), batch_size)]
+        out = [self.forward(words[i:i + batch_size], images[i:i + batch_size])[0].argmax(-1)
+               for i in range(0, len(words), batch_size)]
         self.train(was_training)
         return np.concatenate(out) if out else np.zeros((0, N_ACTIONS), dtype=np.int64)
 

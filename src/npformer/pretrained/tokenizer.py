@@ -34,6 +34,10 @@ class WordPieceTokenizer:
         """One int64 id array per text, [CLS] ... [SEP], at most ``max_length`` long."""
         return [np.asarray(e.ids, dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
 
+    def tokens(self, texts: list[str]) -> list[list[str]]:
+        """The word pieces of each text as strings, [CLS] ... [SEP], cut as ``encode`` cuts them."""
+        return [list(e.tokens) for e in self._tok.encode_batch(list(texts))]
+
     def pad(self, seqs: list[np.ndarray]):
         """Right-pad to the longest: (ids (B, T) int64, mask (B, T) bool, True = real token)."""
         lengths = np.array([len(s) for s in seqs])                         # (B,)
