@@ -8,10 +8,12 @@ npformer ``ffn.linear1``):
     x      = dropout(tok[ids] * sqrt(d_model) + positions)   sinusoidal buffer or learned table
     logits = x ... stacks ... @ tok.weight^T                 tied output (paper 3.4), or a Linear
 
-Masks come from ``pad_id`` exactly as in npformer (padding hidden as keys, causal decoder).
+Masks come from ``pad_id`` exactly as in npformer (padding hidden as keys, causal decoder). The ViT's
+patch embedding is torch's ``conv2d`` with kernel and stride P, which npformer's patch projection equals.
 This file imports torch at the top; only ``to_torch`` imports it, so ``import npformer`` does not.
 
-Dimension legend: B batch, S source positions, T target positions, E model width, V vocabulary.
+Dimension legend: B batch, S source positions, T target positions, E model width, V vocabulary;
+H/W/C image, P patch size, N patches, K classes.
 """
 from __future__ import annotations
 
@@ -157,14 +159,55 @@ class TorchEncoderClassifier(nn.Module):
         return self.head(pooled)
 
 
+class TorchPatchEmbedding(nn.Module):
+    """npformer's ``PatchEmbedding``: images (B, H, W, C) -> tokens (B, T, E); keys ``weight`` (E, C, P, P),
+    ``bias``, ``cls_token`` (with [CLS]) and ``pos_embed`` (learned positions)."""
+
+    def __init__(self, np_patch, dtype: torch.dtype) -> None:
+        super().__init__()
+        e, c, p = np_patch.d_model, np_patch.in_channels, np_patch.patch_size
+        self.patch_size, self.learned = p, np_patch.positional == "learned"
+        self.weight = nn.Parameter(torch.zeros(e, c, p, p, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(e, dtype=dtype))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, e, dtype=dtype)) if np_patch.has_cls else None
+        if self.learned:
+            self.pos_embed = nn.Parameter(torch.zeros(1, np_patch.n_tokens, e, dtype=dtype))
+        else:   # fixed 2-D sinusoids (or none): not a parameter, not in the state dict
+            pe = np_patch.positions(np_patch.params["weight"].dtype)                # (1, T, E)
+            self.register_buffer("pe", torch.from_numpy(np.array(pe)), persistent=False)
+        self.dropout = nn.Dropout(np_patch.dropout.p)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        z = F.conv2d(images.permute(0, 3, 1, 2), self.weight, self.bias, stride=self.patch_size)  # (B, E, H/P, W/P)
+        z = z.flatten(2).transpose(1, 2)                                     # (B, N, E), row-major over the grid
+        if self.cls_token is not None:
+            z = torch.cat([self.cls_token.expand(z.shape[0], -1, -1), z], dim=1)   # (B, T, E)
+        return self.dropout(z + (self.pos_embed if self.learned else self.pe))     # (B, T, E)
+
+
+class TorchViT(nn.Module):
+    """npformer's ``ViT`` in torch: forward(images (B, H, W, C)) -> class logits (B, K)."""
+
+    def __init__(self, model, encoder: nn.TransformerEncoder, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.config = model.config
+        self.patch_embed, self.encoder = TorchPatchEmbedding(model.patch_embed, dtype), encoder
+        self.head = nn.Linear(model.config.d_model, model.config.n_classes, dtype=dtype)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(self.patch_embed(images))                           # (B, T, E)
+        return self.head(h[:, 0] if self.config.pool == "cls" else h.mean(dim=1))   # (B, K)
+
+
 def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
-    """The torch twin of an npformer Transformer, DecoderLM or EncoderClassifier, weights copied.
+    """The torch twin of an npformer Transformer, DecoderLM, EncoderClassifier or ViT, weights copied.
     ``stack_to_torch``, ``torch_dtype`` and ``load`` are interop.torch's converters."""
     from ..models import DecoderLM, EncoderClassifier, Transformer
+    from ..models.vit import ViT
 
-    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier)):
+    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier, ViT)):
         raise TypeError("to_torch accepts npformer's MultiHeadAttention, EncoderLayer, DecoderLayer, Encoder, "
-                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM and EncoderClassifier, "
+                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM, EncoderClassifier and ViT, "
                         f"got {type(model).__module__}.{type(model).__name__}")
     dtype = torch_dtype(model)
     if isinstance(model, Transformer):
@@ -177,11 +220,13 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
         out = TorchTransformer(model, enc, stack_to_torch(model.decoder, True), dtype)
     elif isinstance(model, DecoderLM):
         out = TorchDecoderLM(model, stack_to_torch(model.blocks, False), dtype)
+    elif isinstance(model, ViT):
+        out = TorchViT(model, stack_to_torch(model.encoder, False), dtype)
     else:
         out = TorchEncoderClassifier(model, stack_to_torch(model.encoder, False), dtype)
     load(out, model)
     return out
 
 
-__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchTransformer",
-           "model_to_torch"]
+__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchPatchEmbedding",
+           "TorchTransformer", "TorchViT", "model_to_torch"]

@@ -25,21 +25,18 @@ checkpoint stays loadable and ``resume`` continues from it.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
-import io
 import math
 import os
 import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_savefig, atomic_write_bytes, atomic_write_json, clean_stale_temporaries, writing
+from ..files import atomic_write_json, clean_stale_temporaries
 from ..settings import from_dict as settings_from_dict
 from .checkpoint import (
     CONFIG,
@@ -56,76 +53,26 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .clip import clip_by_global_norm
+from .config import RESUMABLE, TrainConfig, TrainingDiverged
 from .optim import Adam, AdamW
+from .runlog import (
+    CURVES,
+    EVAL_LOG,
+    LOG,
+    Progress,
+    StepLog,
+    append_eval,
+    fmt_metrics,
+    plot_run,
+    read_log,
+    truncate_logs,
+    write_log_header,
+)
 from .schedules import make_schedule
 
-LOG, EVAL_LOG, CURVES = "log.csv", "eval.csv", "curves.png"
-LOG_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "seconds"]
+# the names a run's users import from here (the config and logs live in config.py and runlog.py)
+__all__ = ["RESUMABLE", "TrainConfig", "Trainer", "TrainingDiverged", "plot_run", "read_log"]
 
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the gradient stopped being finite; the message names the step."""
-
-
-@dataclass
-class TrainConfig:
-    steps: int | None = 1000             # optimizer updates in all; None = until `minutes` run out
-    minutes: float | None = None         # wall-clock budget of this invocation (None = no limit)
-    batch_size: int = 64                 # examples per step
-    optimizer: str = "adam"              # "adam" (L2 weight decay) or "adamw" (decoupled decay)
-    schedule: str = "noam"               # "noam" (paper 5.3), "cosine" (warmup + cosine) or "constant"
-    lr: float = 1e-3                     # peak learning rate of "cosine", the rate of "constant"
-    lr_scale: float = 1.0                # factor on the "noam" rate d_model^-0.5 * min(s^-0.5, s * w^-1.5)
-    warmup: int = 400                    # warmup steps (noam and cosine)
-    min_lr: float = 0.0                  # where "cosine" ends
-    beta1: float = 0.9                   # Adam's first-moment decay (paper: 0.9)
-    beta2: float = 0.98                  # Adam's second-moment decay (paper: 0.98)
-    eps: float = 1e-9                    # Adam's epsilon (paper: 1e-9)
-    weight_decay: float = 0.0            # decay of the weight matrices (not biases or LayerNorm)
-    clip_norm: float | None = 1.0        # clip the global gradient norm to this (None = no clipping)
-    label_smoothing: float = 0.1         # paper 5.4: 0.1
-    eval_every: int = 250                # evaluate held-out data and save a checkpoint every N steps
-    eval_n: int = 500                    # held-out examples per periodic evaluation
-    final_eval_n: int | None = None      # held-out examples of the final evaluation (None: the task's default)
-    seed: int = 0                        # the one seed every random number derives from
-    blas_threads: int | None = None      # BLAS threads during training steps (None: numpy's default)
-
-    def __post_init__(self) -> None:
-        if self.steps is None and self.minutes is None:
-            raise ValueError("give a budget: steps or minutes (or both)")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.minutes is not None and not self.minutes > 0:
-            raise ValueError(f"minutes must be > 0, got {self.minutes}")
-        if self.blas_threads is not None and self.blas_threads < 1:
-            raise ValueError(f"blas_threads must be >= 1 or None, got {self.blas_threads}")
-        if self.final_eval_n is not None and self.final_eval_n < 1:
-            raise ValueError(f"final_eval_n must be >= 1 or None, got {self.final_eval_n}")
-        for name in ("batch_size", "eval_every", "eval_n"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.optimizer not in ("adam", "adamw"):
-            raise ValueError(f"optimizer must be 'adam' or 'adamw', got {self.optimizer!r}")
-        if self.schedule not in ("noam", "cosine", "constant"):
-            raise ValueError(f"schedule must be 'noam', 'cosine' or 'constant', got {self.schedule!r}")
-        if self.warmup < 0 or (self.schedule == "noam" and self.warmup < 1):
-            raise ValueError(f"warmup must be >= 1 for noam and >= 0 otherwise, got {self.warmup}")
-        if not (self.lr >= 0 and self.lr_scale >= 0 and self.min_lr >= 0 and self.weight_decay >= 0):
-            raise ValueError("lr, lr_scale, min_lr and weight_decay must be >= 0, got "
-                             f"{self.lr}, {self.lr_scale}, {self.min_lr}, {self.weight_decay}")
-        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1 and self.eps > 0):
-            raise ValueError(f"need 0 <= beta1, beta2 < 1 and eps > 0, got {self.beta1}, {self.beta2}, {self.eps}")
-        if self.clip_norm is not None and not self.clip_norm > 0:
-            raise ValueError(f"clip_norm must be > 0 or None, got {self.clip_norm}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-# settings that may change when resuming (the rest would make the resumed run a different run)
-RESUMABLE = ("steps", "minutes", "eval_every", "eval_n", "final_eval_n", "blas_threads")
 
 
 def _rng_state(g: np.random.Generator) -> dict:
@@ -162,6 +109,7 @@ class Trainer:
         self.tokens = 0                        # tokens read, all invocations together
         self.metrics: dict = {}
         self.data_rng = self.dropout_rng = None
+        self.grads: dict | None = None         # the last step's gradients, until they are applied
         self.lock: RunLock | None = None
 
     def close(self) -> None:
@@ -219,7 +167,7 @@ class Trainer:
                data_path: str | None = None) -> "Trainer":
         """Continue the run in ``out_dir`` from its last checkpoint. ``overrides`` may change only
         the budget and evaluation settings (RESUMABLE)."""
-        from ..data.tasks import get_task, model_config_from_dict
+        from ..data.tasks import get_task
 
         out = Path(out_dir)
         read_config(out)                                                 # a run directory? (before locking it)
@@ -233,23 +181,32 @@ class Trainer:
                 raise ValueError(f"task {config['task']!r} generates its own data and takes no --data file")
             if data_path is not None and config["data"].get("data_path") != os.path.abspath(data_path):
                 raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
-            task = task_cls.from_dict(config["data"])
             bad = sorted(set(overrides or {}) - set(RESUMABLE))
             if bad:
                 raise ValueError(f"cannot change {', '.join(bad)} when resuming; only {', '.join(RESUMABLE)}")
             train = settings_from_dict(TrainConfig, {**config["train"], **(overrides or {})}, what="train")
-            config = {**config, "train": train.to_dict()}
-            model_config = model_config_from_dict(config["model_kind"], config["model"])
-            model = task.build_model(model_config, rng=np.random.default_rng(0))
-            self = cls(out, task, model, config, train)
+            self = cls.from_config(out, {**config, "train": train.to_dict()})
             self.lock = lock
             self.load()
-            atomic_write_json(out / CONFIG, config)
+            atomic_write_json(out / CONFIG, self.config)
             self._truncate_logs()
         except BaseException:
             lock.release()
             raise
         return self
+
+    @classmethod
+    def from_config(cls, out_dir, config: dict) -> "Trainer":
+        """The trainer of ``config`` (config.json's content) with a fresh model and optimizer: it takes
+        no lock and reads and writes nothing (``load()`` then reads the checkpoint). ``resume`` builds
+        with it, and so does each worker of the torch engine."""
+        from ..data.tasks import get_task, model_config_from_dict
+
+        task = get_task(config["task"]).from_dict(config["data"])
+        train = settings_from_dict(TrainConfig, config["train"], what="train")
+        model_config = model_config_from_dict(config["model_kind"], config["model"])
+        model = task.build_model(model_config, rng=np.random.default_rng(0))
+        return cls(out_dir, task, model, config, train)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self) -> None:
@@ -284,32 +241,13 @@ class Trainer:
 
     # -- logs --------------------------------------------------------------------------------------
     def _write_log_header(self) -> None:
-        with writing(self.out / LOG), open(self.out / LOG, "w", newline="") as f:
-            csv.writer(f).writerow(LOG_FIELDS)
+        write_log_header(self.out)
 
     def _truncate_logs(self) -> None:
-        """Drop log rows after the checkpoint's step (the interrupted run took them; we take them again)."""
-        for name in (LOG, EVAL_LOG):
-            path = self.out / name
-            if not path.is_file():
-                continue
-            rows = list(csv.reader(open(path, newline="")))
-            if not rows:
-                continue
-            keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= self.step]
-            buf = io.StringIO()
-            csv.writer(buf).writerows(keep)
-            atomic_write_bytes(path, buf.getvalue().encode("utf-8"))
+        truncate_logs(self.out, self.step)
 
     def _log_eval(self, metrics: dict) -> None:
-        path = self.out / EVAL_LOG
-        keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
-        new = not path.is_file()
-        with writing(path), open(path, "a", newline="") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(["step"] + keys)
-            w.writerow([self.step] + [metrics[k] for k in keys])
+        append_eval(self.out, self.step, metrics)
 
     # -- evaluation --------------------------------------------------------------------------------
     def evaluate(self, n: int | None) -> dict:
@@ -354,9 +292,9 @@ class Trainer:
         cfg = self.cfg
         self.model.train()
         deadline = time.monotonic() + cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
-        bar = _Progress(tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step",
+        bar = Progress(tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step",
                              dynamic_ncols=True, desc=f"train {self.task.name}", file=out, mininterval=0.5))
-        log = _StepLog(self.out / LOG)
+        log = StepLog(self.out / LOG)
         try:
             with _blas_threads(cfg.blas_threads):                        # for the steps and the evaluations
                 stopped = self._train_loop(bar, log, deadline)
@@ -374,7 +312,7 @@ class Trainer:
                 print(f"(could not draw {CURVES}: {e})")
         return self.metrics
 
-    def _train_loop(self, bar: _Progress, log: _StepLog, deadline: float) -> str:
+    def _train_loop(self, bar: Progress, log: StepLog, deadline: float) -> str:
         """Steps until the budget ends, with the periodic evaluations and checkpoints. Returns why
         it stopped: "steps", "minutes" or "interrupted" (a first Ctrl-C; the step finished)."""
         cfg = self.cfg
@@ -388,10 +326,10 @@ class Trainer:
                 if self.step % cfg.eval_every == 0 and self.step != cfg.steps:
                     log.flush()
                     metrics = self._evaluate_and_save(cfg.eval_n, final=False)
-                    bar.write(f"step {self.step}: held-out " + _fmt(metrics))
+                    bar.write(f"step {self.step}: held-out " + fmt_metrics(metrics))
         return "steps"
 
-    def _train_step(self, log: _StepLog) -> tuple[float, float, int, float]:
+    def _train_step(self, log: StepLog) -> tuple[float, float, int, float]:
         """One update: batch, loss and gradients, clipping, the optimizer, the log row. Returns
         (loss, lr, tokens, seconds). TrainingDiverged, before anything is updated, on a non-finite
         loss or gradient norm."""
@@ -400,20 +338,32 @@ class Trainer:
         step = self.step + 1
         lr = self.schedule(step)
         batch = self.task.train_batch(self.data_rng, cfg.batch_size)
-        loss, grads = self.task.loss(self.model, batch, self.dropout_rng, cfg.label_smoothing)
-        loss = float(loss)
-        norm = clip_by_global_norm(grads, cfg.clip_norm) if cfg.clip_norm is not None else _norm(grads)
+        loss, norm = self.gradients(batch)
         if not (math.isfinite(loss) and math.isfinite(norm)):
             what = f"loss is {loss}" if not math.isfinite(loss) else f"gradient norm is {norm}"
             log.flush()
             raise TrainingDiverged(f"{what} at step {step}; training stopped. The last good checkpoint "
                                    f"(step {_saved_step(self.out)}) is kept in {self.out}")
-        self.optimizer.step(grads, lr=lr)
+        self.apply_gradients(lr)
         dt = time.perf_counter() - t0
         self.step, self.elapsed, self.tokens = step, self.elapsed + dt, self.tokens + batch.n_tokens
         self.cpu += time.process_time() - c0
         log.row(step, f"{loss:.6f}", f"{lr:.6g}", f"{norm:.6g}", batch.n_tokens, f"{self.elapsed:.3f}")
         return loss, lr, batch.n_tokens, dt
+
+    # -- the update; the torch engine (npformer.interop.engine) overrides these two ------------------
+    def gradients(self, batch) -> tuple[float, float]:
+        """Loss and gradients of one batch, the gradients clipped to ``clip_norm``. Returns (loss, global
+        gradient norm before clipping); the gradients wait in ``self.grads`` for ``apply_gradients``."""
+        cfg = self.cfg
+        loss, self.grads = self.task.loss(self.model, batch, self.dropout_rng, cfg.label_smoothing)
+        norm = clip_by_global_norm(self.grads, cfg.clip_norm) if cfg.clip_norm is not None else _norm(self.grads)
+        return float(loss), norm
+
+    def apply_gradients(self, lr: float) -> None:
+        """The optimizer's update from the last ``gradients``, at learning rate ``lr``."""
+        self.optimizer.step(self.grads, lr=lr)
+        self.grads = None
 
     def _evaluate_and_save(self, n: int | None, final: bool, stopped: str | None = None) -> dict:
         metrics = self.evaluate(n)
@@ -421,7 +371,7 @@ class Trainer:
         self._record(metrics, final=final, stopped=stopped)              # the checkpoint, even if a save fails
         return metrics
 
-    def _finish(self, stopped: str, bar: _Progress, log: _StepLog) -> None:
+    def _finish(self, stopped: str, bar: Progress, log: StepLog) -> None:
         """The end of a run: save on Ctrl-C (then KeyboardInterrupt), else the final evaluation."""
         log.flush()
         if stopped == "interrupted":
@@ -429,53 +379,7 @@ class Trainer:
             bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
             raise KeyboardInterrupt
         metrics = self._evaluate_and_save(self.cfg.final_eval_n, final=True, stopped=stopped)
-        bar.write(f"step {self.step}: held-out " + _fmt(metrics))
-
-
-class _StepLog:
-    """log.csv, open for appending one row per step; a failed write is a WriteError naming it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with writing(path):
-            self._file = open(path, "a", newline="")
-        self._writer = csv.writer(self._file)
-
-    def row(self, *values) -> None:
-        with writing(self.path):
-            self._writer.writerow(values)
-
-    def flush(self) -> None:
-        with writing(self.path):
-            self._file.flush()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):                              # rows that no longer fit: resume takes
-            self._file.close()                                           # those steps again anyway
-
-
-class _Progress:
-    """The tqdm bar, showing a running mean of the loss, the rate and the recent tokens per second."""
-
-    def __init__(self, bar) -> None:
-        self.bar, self.ema, self.tokens, self.seconds = bar, None, 0.0, 0.0
-
-    def update(self, loss: float, lr: float, tokens: int, seconds: float) -> None:
-        self.ema = loss if self.ema is None else 0.95 * self.ema + 0.05 * loss
-        self.tokens, self.seconds = 0.9 * self.tokens + tokens, 0.9 * self.seconds + seconds
-        self.bar.update(1)
-        self.bar.set_postfix_str(f"loss {self.ema:.4f}  lr {lr:.2e}  {self.tokens / self.seconds:,.0f} tok/s",
-                                 refresh=False)
-
-    def write(self, text: str) -> None:
-        self.bar.write(text)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _fmt(metrics: dict) -> str:
-    return "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+        bar.write(f"step {self.step}: held-out " + fmt_metrics(metrics))
 
 
 def _norm(grads) -> float:
@@ -532,49 +436,3 @@ class _StopFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
-def read_log(run_dir) -> dict[str, np.ndarray]:
-    """log.csv as columns of float arrays (step, loss, lr, grad_norm, tokens, seconds)."""
-    rows = list(csv.DictReader(open(Path(run_dir) / LOG, newline="")))
-    return {k: np.array([float(r[k]) for r in rows]) for k in LOG_FIELDS}
-
-
-def plot_run(run_dir) -> Path:
-    """Draw the run's curves into curves.png (atomically); returns its path."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    run_dir = Path(run_dir)
-    log = read_log(run_dir)
-    evals = list(csv.DictReader(open(run_dir / EVAL_LOG, newline=""))) if (run_dir / EVAL_LOG).is_file() else []
-    config = read_json(run_dir / CONFIG)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    ax = axes[0]
-    ls = config["train"].get("label_smoothing", 0.0)
-    what = f"train, label smoothing {ls:g}" if ls else "train"          # smoothing lifts the floor above 0
-    if len(log["step"]):
-        ax.plot(log["step"], log["loss"], lw=0.6, alpha=0.35, color="C0", label=f"{what} (each step)")
-        k = max(1, len(log["loss"]) // 50)
-        smooth = np.convolve(log["loss"], np.ones(k) / k, mode="valid")
-        ax.plot(log["step"][k - 1:], smooth, color="C0", label=f"{what} (mean of {k})")
-    if evals and "loss" in evals[0]:
-        ax.plot([float(r["step"]) for r in evals], [float(r["loss"]) for r in evals], "o-", color="C3",
-                ms=3, label="held-out")
-    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title="loss", yscale="log")
-    ax.legend(fontsize=8)
-    axes[1].plot(log["step"], log["lr"], color="C2")
-    axes[1].set(xlabel="step", ylabel="learning rate", title=f"schedule: {config['train']['schedule']}")
-    ax = axes[2]
-    metric_keys = [k for k in (evals[0].keys() if evals else []) if k not in ("step", "loss", "n")]
-    for i, key in enumerate(metric_keys):
-        ax.plot([float(r["step"]) for r in evals], [float(r[key]) for r in evals], "o-", ms=3,
-                color=f"C{i + 4}", label=key)
-    ax.set(xlabel="step", title="held-out metrics")
-    if metric_keys:
-        ax.legend(fontsize=8)
-    fig.suptitle(f"npformer train {config['task']}")
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.14, top=0.84, wspace=0.28)  # fixed: tight_layout renders twice
-    path = run_dir / CURVES
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
-    return path

@@ -1,0 +1,316 @@
+"""The torch engine (``npformer train --engine torch``, npformer.interop.engine): the loss is npformer's,
+one step from given weights is npformer's step, 2 workers take the steps 1 worker takes, --resume
+crosses engines, a killed worker stops the run with one line, and the errors are one line, exit 2.
+
+One caveat shapes the comparisons. The key projection's bias cannot change attention (softmax is
+shift-invariant), so its gradient is exactly zero and each engine computes it as rounding noise
+(~1e-9); Adam divides by that noise's size, so each step moves it by up to its learning rate in a
+sign the noise picks. Those rows are compared against that bound (2 x the sum of the learning
+rates), every other parameter at the stated tolerance.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from npformer import models
+from npformer.cli import main
+from npformer.data.copy import CopyTask
+from npformer.models.vit import ViT, ViTConfig
+from npformer.train.checkpoint import load_run, read_safetensors
+from npformer.train.trainer import TrainConfig, Trainer, read_log
+from oracles import require
+
+torch = require("torch")
+
+from npformer.interop.engine import SCORED, TorchTrainer  # noqa: E402
+from npformer.interop.launch import _report  # noqa: E402
+from npformer.interop.torch import _key_from_torch, from_torch, to_torch  # noqa: E402
+from npformer.interop.worker import PEER_LOST  # noqa: E402
+
+TINY = {"d_model": 32, "n_heads": 4, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1, "dropout": 0.0}
+# copy on 4 symbols, up to 5 long, 300 steps: 100% held-out exact match from step 200 (seeds 0-2, 1 worker)
+SMALL_COPY = ["--set", "n_symbols=4", "--set", "data.max_len=5", "--set", "warmup=20"]
+
+
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """attach() sets torch's thread count for training; give the rest of the suite its own back."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def small_copy():
+    return CopyTask(CopyTask.Settings(n_symbols=4, min_len=1, max_len=5))
+
+
+def config(**kw):
+    base = dict(steps=4, batch_size=16, schedule="constant", lr=3e-3, eval_every=1000, eval_n=10,
+                final_eval_n=10, label_smoothing=0.1, clip_norm=0.5, seed=2, blas_threads=1)
+    return TrainConfig(**{**base, **kw})
+
+
+def assert_same_params(a: dict, b: dict, tol: float, lr_sum: float):
+    """Every parameter within ``tol``, the key-bias rows within 2 * lr_sum (see the module docstring)."""
+    assert a.keys() == b.keys()
+    for k in a:
+        diff = np.abs(a[k].astype(np.float64) - b[k])
+        if k.endswith("in_proj_bias"):
+            e = diff.shape[0] // 3
+            assert diff[e:2 * e].max() <= 2 * lr_sum + tol, k
+            diff = np.concatenate([diff[:e], diff[2 * e:]])
+        assert diff.max() <= tol, (k, diff.max())
+
+
+def weights(run_dir) -> dict:
+    return read_safetensors(Path(run_dir) / "model.safetensors")[0]
+
+
+def npformer_cli(*argv, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "npformer", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# -- the loss, the step, resuming: in this process ---------------------------------------------------
+
+def _batch(kind, rng):
+    """A model of ``kind`` (float64, small) and a batch for its loss, with padding."""
+    ids = rng.integers(1, 19, size=(4, 7))                                   # (B, T), 0 is <pad>
+    ids[1, 4:] = ids[3, 2:] = 0
+    small = dict(d_model=16, n_heads=2, d_ff=24, max_len=12, pad_id=0, dropout=0.0)
+    if kind == "transformer":
+        m = models.Transformer(models.TransformerConfig(src_vocab_size=19, tgt_vocab_size=19, **small), rng=1,
+                               dtype=np.float64)
+        return m, (ids, ids[:, :-1], ids[:, 1:])
+    if kind == "decoder_lm":
+        return models.DecoderLM(models.DecoderLMConfig(vocab_size=19, **small), rng=1, dtype=np.float64), \
+            (ids[:, :-1], ids[:, 1:])
+    if kind.startswith("vit"):
+        _, pool, positional = kind.split("-")
+        cfg = ViTConfig(image_size=4, patch_size=2, in_channels=3, n_classes=5, d_model=16, n_heads=2, d_ff=24,
+                        n_layers=2, dropout=0.0, pool=pool, positional=positional)
+        images = rng.standard_normal((4, 4, 4, 3))                           # (B, H, W, C)
+        return ViT(cfg, rng=1, dtype=np.float64), (images, rng.integers(0, 5, size=4))
+    head = kind.split("-")[1]
+    cfg = models.EncoderClassifierConfig(vocab_size=19, n_classes=5, head=head, **small)
+    labels = rng.integers(0, 5, size=ids.shape if head == "tagging" else ids.shape[:1])
+    return models.EncoderClassifier(cfg, rng=1, dtype=np.float64), (ids, labels)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "decoder_lm", "classifier-classification", "classifier-tagging",
+                                  "vit-cls-learned", "vit-mean-sinusoidal"])
+def test_the_loss_is_npformers(kind):
+    """What the engine scores (pad ignored, label smoothing) gives npformer's loss and every gradient;
+    the twin comes back with from_torch."""
+    model, arrays = _batch(kind, np.random.default_rng(0))
+    loss, grads = model.loss(*arrays, label_smoothing=0.1)
+    twin = to_torch(model).train()
+    logits, targets, ignore = SCORED[kind.split("-")[0]](twin, twin.config, *map(torch.tensor, arrays))
+    t_loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=ignore, label_smoothing=0.1)
+    t_loss.backward()
+    assert abs(t_loss.item() - loss) < 1e-12
+    t_grads = {_key_from_torch(k): p.grad.numpy() for k, p in twin.named_parameters()}
+    assert t_grads.keys() == grads.keys()
+    for k, g in grads.items():
+        np.testing.assert_allclose(t_grads[k], g, rtol=1e-9, atol=1e-12, err_msg=k)
+    back = from_torch(twin)
+    assert type(back) is type(model) and back.config == model.config
+    assert all(np.array_equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("optimizer,decay", [("adam", 0.0), ("adam", 0.01), ("adamw", 0.1)])
+def test_one_step_equals_the_numpy_step(tmp_path, optimizer, decay):
+    """From the same weights, on the same batch: the same loss, gradient norm (clipping active) and
+    parameters within 1e-5 in float32, dropout 0, label smoothing 0.1, the copy task's model. The rate
+    (3e-3) makes Adam's first step, about the rate on every parameter, 300 times the tolerance."""
+    task = CopyTask()
+    cfg = TrainConfig(**{**task.default_train_config(), "steps": 1, "optimizer": optimizer, "weight_decay": decay,
+                         "schedule": "constant", "lr": 3e-3, "label_smoothing": 0.1, "clip_norm": 0.5,
+                         "final_eval_n": 10})
+    np_run = Trainer.start(task, {}, cfg, tmp_path / "numpy")
+    torch_run = TorchTrainer.start(task, {}, cfg, tmp_path / "torch").attach()
+    before = {k: v.copy() for k, v in np_run.model.state_dict().items()}
+    assert_same_params(before, torch_run.model.state_dict(), 0.0, 0.0)             # the given weights
+    np_run.run(progress=False, plot=False)
+    torch_run.run(progress=False, plot=False)
+    a, b = read_log(tmp_path / "numpy"), read_log(tmp_path / "torch")
+    assert abs(a["loss"][0] - b["loss"][0]) < 1e-5 and abs(a["grad_norm"][0] - b["grad_norm"][0]) < 1e-5
+    assert a["grad_norm"][0] > 0.5                                                      # clipped
+    lr = a["lr"][0]
+    after = weights(tmp_path / "numpy")
+    assert min(np.abs(after[k] - before[k]).max() for k in after) > 100 * 1e-5         # every tensor moved
+    assert_same_params(after, weights(tmp_path / "torch"), 1e-5, lr)
+
+
+def test_resume_crosses_engines(tmp_path):
+    """numpy to step 4, torch to 8, numpy to 12: the uninterrupted numpy run's parameters (1e-5)."""
+    task, cfg = small_copy(), config(steps=12)
+    Trainer.start(task, TINY, cfg, tmp_path / "whole").run(progress=False, plot=False)
+    Trainer.start(task, TINY, config(steps=4), tmp_path / "mixed").run(progress=False, plot=False)
+    TorchTrainer.resume(tmp_path / "mixed", overrides={"steps": 8}).attach().run(progress=False, plot=False)
+    Trainer.resume(tmp_path / "mixed", overrides={"steps": 12}).run(progress=False, plot=False)
+    assert_same_params(weights(tmp_path / "whole"), weights(tmp_path / "mixed"), 1e-5, 12 * cfg.lr)
+    np.testing.assert_allclose(read_log(tmp_path / "whole")["loss"], read_log(tmp_path / "mixed")["loss"],
+                               rtol=1e-5)
+    assert load_run(tmp_path / "mixed").step == 12
+
+
+def test_resume_drops_a_log_row_cut_short_by_a_kill(tmp_path):
+    """A worker ended mid-write (the launcher's SIGTERM) can leave a torn last row in log.csv."""
+    Trainer.start(small_copy(), TINY, config(steps=4), tmp_path / "r").run(progress=False, plot=False)
+    with open(tmp_path / "r" / "log.csv", "a") as f:
+        f.write("5,1.2")
+    TorchTrainer.resume(tmp_path / "r", overrides={"steps": 6}).attach().run(progress=False, plot=False)
+    assert (read_log(tmp_path / "r")["step"] == np.arange(1, 7)).all()
+
+
+def test_a_resumed_torch_run_takes_the_same_steps(tmp_path):
+    """With dropout on, stopping at step 4 and resuming to 8 gives the uninterrupted run's weights: the
+    masks come from (seed, step, rank), the moments travel through npformer's checkpoint."""
+    task, model = small_copy(), {**TINY, "dropout": 0.2}
+    TorchTrainer.start(task, model, config(steps=8), tmp_path / "whole").attach().run(progress=False, plot=False)
+    TorchTrainer.start(task, model, config(steps=4), tmp_path / "parts").attach().run(progress=False, plot=False)
+    TorchTrainer.resume(tmp_path / "parts", overrides={"steps": 8}).attach().run(progress=False, plot=False)
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "parts")
+    assert max(np.abs(a[k] - b[k]).max() for k in a) <= 1e-6
+    np.testing.assert_allclose(read_log(tmp_path / "whole")["loss"], read_log(tmp_path / "parts")["loss"],
+                               rtol=1e-6)
+
+
+# -- workers launched by PyTorch's launcher -----------------------------------------------------------
+
+def _children(pid: int) -> dict[int, str]:
+    """{pid: RANK} of the torch workers whose parent is ``pid`` (from /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                env = dict(e.split("=", 1) for e in (d / "environ").read_text().split("\0") if "=" in e)
+                if "RANK" in env:
+                    out[int(d.name)] = env["RANK"]
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _kill_rank_1_after_a_checkpoint(proc: subprocess.Popen, out: Path) -> tuple[str, list[int]]:
+    """Once ``out`` holds a checkpoint past step 0, SIGKILL the worker of rank 1; returns (stderr, workers)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        state = out / "trainer_state.json"
+        if state.is_file() and json.loads(state.read_text())["step"] > 0:
+            break
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert sorted(workers.values()) == ["0", "1"], (workers, proc.poll())
+    os.kill(next(p for p, rank in workers.items() if rank == "1"), signal.SIGKILL)
+    return proc.communicate(timeout=60)[1], list(workers)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the workers through /proc")
+def test_two_workers_a_killed_one_and_copy_learned(tmp_path, capsys):
+    """PyTorch's launcher, gloo, 2 workers on a global batch of 64, one scenario (each launch costs seconds):
+    1. rank 1 is killed once a checkpoint (every 20 steps) exists: one line names it, exit 1, and the
+       checkpoint (step k) loads;
+    2. its parameters are 1 worker's on the same 64 after k steps (1e-4): sharding and averaging;
+    3. resumed with 2 workers, the run reaches 100% held-out exact match, and npformer eval reads it."""
+    two = tmp_path / "two"
+    argv = ["train", "copy", "--engine", "torch", *SMALL_COPY, "--steps", "300", "--no-progress", "--no-plot"]
+    proc = subprocess.Popen([sys.executable, "-m", "npformer", *argv, "--nproc", "2", "--out", str(two),
+                             "--set", "eval_every=20", "--set", "eval_n=20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        err, workers = _kill_rank_1_after_a_checkpoint(proc, two)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "worker rank 1 was killed by SIGKILL" in lines[0] and "--resume continues it" in lines[0]
+    k = load_run(two).step
+    assert k >= 20 and f"(step {k})" in lines[0]
+    assert not any(Path(f"/proc/{p}").exists() for p in workers)                       # no worker left behind
+
+    one = TorchTrainer.start(small_copy(), {}, TrainConfig(**{**CopyTask().default_train_config(), "steps": 300,
+                             "warmup": 20, "eval_every": 20, "eval_n": 20, "final_eval_n": 20}), tmp_path / "one")
+    one.cfg.steps = k                                    # k steps of the 300-step schedule, then the checkpoint
+    one.attach().run(progress=False, plot=False)
+    assert_same_params(weights(tmp_path / "one"), weights(two), 1e-4, read_log(tmp_path / "one")["lr"].sum())
+
+    more = npformer_cli("train", "copy", "--resume", "--out", two, "--engine", "torch", "--nproc", 2, "--set",
+                        "final_eval_n=1000", "--set", "eval_every=100", "--set", "eval_n=200", "--no-progress",
+                        "--no-plot")
+    assert more.returncode == 0, more.stderr
+    assert "done: step 300, held-out exact_match 1.0000 (n=1000)" in more.stdout, more.stdout
+    log_one, log_two = read_log(tmp_path / "one"), read_log(two)        # (resuming drops the rows after k)
+    assert len(log_two["step"]) == 300 and (log_two["step"] == np.arange(1, 301)).all()
+    assert (log_two["tokens"][:k] == log_one["tokens"]).all()                             # the same batches
+    np.testing.assert_allclose(log_two["loss"][:k], log_one["loss"], rtol=1e-4)
+    capsys.readouterr()
+    assert main(["eval", str(two), "--n", "500"]) == 0
+    assert json.loads(capsys.readouterr().out)["exact_match"] == 1.0
+
+
+def test_the_report_names_the_worker_at_fault(tmp_path, capsys):
+    """The launcher records the workers it ended (SIGTERM) and those whose peer vanished (PEER_LOST) as
+    failed too; the line names the one that failed first. Rank 0's own errors it has said already."""
+    assert _report({0: -signal.SIGTERM, 1: -signal.SIGKILL, 2: PEER_LOST}, tmp_path) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "worker rank 1 was killed by SIGKILL" in err[0], err
+    assert _report({0: PEER_LOST, 1: 7}, tmp_path) == 1
+    assert "worker rank 1 exited with code 7" in capsys.readouterr().err
+    assert _report({0: 2, 1: PEER_LOST}, tmp_path) == 2                            # rank 0 has said why
+    assert capsys.readouterr().err == ""
+
+
+# -- errors: one line, exit 2 -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra,fragment", [
+    (["--nproc", "0"], "--nproc must be >= 1, got 0"),
+    (["--engine", "numpy", "--nproc", "2"], "--nproc is an option of the torch engine"),
+    (["--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"], "--node-rank must be in [0, 2)"),
+    (["--nnodes", "2", "--rdzv-endpoint", "host"], "--rdzv-endpoint must be HOST:PORT"),
+    (["--rdzv-endpoint", "h:29500"], "--rdzv-endpoint is for several machines"),
+    (["--nproc", "3", "--set", "batch_size=2"], "batch_size 2 is smaller than the 3 workers"),
+])
+def test_errors_name_the_argument(tmp_path, capsys, extra, fragment):
+    argv = ["train", "copy", "--out", str(tmp_path / "r"), "--no-progress", *extra]
+    if "--engine" not in extra:
+        argv += ["--engine", "torch"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0], err
+    assert not (tmp_path / "r").exists()                                               # nothing written
+
+
+def test_cuda_without_cuda_and_an_unconverted_model(tmp_path, capsys):
+    if not torch.cuda.is_available():
+        assert main(["train", "copy", "--engine", "torch", "--device", "cuda", "--out", str(tmp_path / "r")]) == 2
+        assert "--device cuda: CUDA is not available here" in capsys.readouterr().err
+    assert main(["train", "tabletop", "--engine", "torch", "--out", str(tmp_path / "r")]) == 2
+    assert "task 'tabletop' uses a vla model: train it with --engine numpy" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_torch_one_line_says_how_to_install_it(tmp_path):
+    """npformer --help never imports torch; --engine torch without it: one line, exit 2."""
+    code = f"""
+import sys
+from npformer.cli import build_parser, main
+build_parser()
+assert 'torch' not in sys.modules, 'building the command line imported torch'
+sys.modules['torch'] = None                               # as if torch were not installed
+sys.exit(main(['train', 'copy', '--engine', 'torch', '--out', {str(tmp_path / 'r')!r}]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'npformer[torch]'" in lines[0], r.stderr
