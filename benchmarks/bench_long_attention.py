@@ -177,8 +177,9 @@ def draw(rows: dict, path: str) -> None:
         ax.set_xlabel("sequence length T")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
+    axes[0].axhline(1536, color="grey", lw=0.8, label="1.5 GB")
+    for ax in axes:
         ax.legend()
-    axes[0].axhline(1536, color="grey", lw=0.8)
     fig.suptitle("DecoderLM training step (d_model 128, 4 heads, 2 layers, batch 1, float32)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -33,7 +33,7 @@ import numpy as np
 from .attention import _sum_to_shape
 
 BLOCK_Q = 128      # query rows per tile  } chosen by benchmarks/bench_long_attention.py --tune
-BLOCK_K = 1024     # keys per tile        } (T = 2,048, float32, 4 heads of 32)
+BLOCK_K = 256      # keys per tile        } (T = 2,048, float32, 4 heads of 32)
 
 
 class FlashAttentionCache(NamedTuple):
