@@ -27,8 +27,9 @@ from .basic import Linear
 from .module import Module
 
 # Per head, the number of scores Tq * Tk from which the tiled kernel is no slower than the exact one,
-# forward and backward in float32 (benchmarks/bench_long_attention.py --crossover: tiled/exact is
-# about 1.1-1.3 at T = 64..256 and 0.8 at T = 512). Below it, training keeps the exact kernel.
+# forward and backward in float32 on one BLAS thread (benchmarks/bench_long_attention.py --crossover:
+# tiled/exact about 1.2-1.4 at T = 64..128, 0.85-1.15 at T = 256..512, 0.5-0.6 at T = 1,024).
+# Below it, training keeps the exact kernel, so the demos' short sequences run as before.
 TILED_MIN_SCORES = 512 * 512
 
 
