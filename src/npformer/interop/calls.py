@@ -95,14 +95,14 @@ def _masks(prefix: str, attn_mask, key_padding_mask, is_causal, n_heads: int, x_
     return {f"{prefix}mask": mask, f"{prefix}bias": bias}
 
 
-def _attend_qkv(mha: MultiHeadAttention, x_q, x_k, x_v, mask, bias, rng):
+def _attend_qkv(mha: MultiHeadAttention, x_q, x_k, x_v, mask, bias, rng, need_weights):
     """Forward only, for keys and values from different inputs: project them apart, then
     attend through ``forward``'s precomputed-kv path. Returns (out, cache)."""
     e, h = mha.d_model, mha.n_heads
     w, b = mha.params["in_proj_weight"], mha.params["in_proj_bias"]
     k = split_heads(linear_forward(x_k, w[e:2 * e], b[e:2 * e])[0], h)       # (B, H, Tk, D)
     v = split_heads(linear_forward(x_v, w[2 * e:], b[2 * e:])[0], h)         # (B, H, Tk, D)
-    return mha.forward(x_q, mask=mask, bias=bias, rng=rng, kv=(k, v))
+    return mha.forward(x_q, mask=mask, bias=bias, rng=rng, kv=(k, v), need_weights=need_weights)
 
 
 class MultiheadAttentionCall(TorchCall):
@@ -127,17 +127,19 @@ class MultiheadAttentionCall(TorchCall):
         batched, (q, k, v) = _batch(q, k, v)                       # (B, T, E)
         kw = _masks("", attn_mask, key_padding_mask, is_causal, mha.n_heads, q, k, batched,
                     ("attn_mask", "key_padding_mask"))
+        need = bool(need_weights)                                  # False: the tiled kernel may run
         if query is key and key is value:                          # self-attention: one projection
-            out, c = mha.forward(q, rng=rng, **kw)
+            out, c = mha.forward(q, rng=rng, need_weights=need, **kw)
         elif key is value:                                         # cross-attention
-            out, c = mha.forward(q, k, rng=rng, **kw)
+            out, c = mha.forward(q, k, rng=rng, need_weights=need, **kw)
         else:                                                      # distinct key and value tensors
-            out, c = _attend_qkv(mha, q, k, v, kw["mask"], kw["bias"], rng)
-        weights = MultiHeadAttention.attention_weights(c)          # (B, H, Tq, Tk)
+            out, c = _attend_qkv(mha, q, k, v, kw["mask"], kw["bias"], rng, need)
         if not batched:
-            out, weights = out[0], weights[0]                      # (Tq, E), (H, Tq, Tk)
-        if not need_weights:
+            out = out[0]                                           # (Tq, E)
+        if not need:
             return out, None
+        weights = MultiHeadAttention.attention_weights(c)          # (B, H, Tq, Tk)
+        weights = weights if batched else weights[0]               # (H, Tq, Tk) unbatched
         return out, (weights.mean(axis=-3) if average_attn_weights else weights)
 
 

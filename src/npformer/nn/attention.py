@@ -7,6 +7,13 @@ in ``in_proj_weight`` (3E, E) and ``in_proj_bias`` (3E,); W_o is ``out_proj``.
 
 Dimension legend: B batch, Tq query positions, Tk key positions, E model width,
 H heads, D = E / H head size.
+
+Two kernels compute the same attention: the exact op (``ops/attention.py``), which builds and keeps
+the (B, H, Tq, Tk) weights, and the tiled op (``ops/flash_attention.py``), which keeps only O(T)
+row statistics and recomputes the weights in its backward. ``forward``'s ``need_weights`` chooses:
+True keeps the weights (exact); False does not need them (tiled once Tq * Tk reaches
+``TILED_MIN_SCORES``, where it is no slower, else exact); None, the default, is True in eval mode
+(figures, ``npformer attention``, the studies read ``attention_weights``) and False in training.
 """
 from __future__ import annotations
 
@@ -15,8 +22,23 @@ import math
 import numpy as np
 
 from ..ops import attention_backward, attention_forward, linear_backward, linear_forward
+from ..ops.flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .basic import Linear
 from .module import Module
+
+# Per head, the number of scores Tq * Tk from which the tiled kernel is no slower than the exact one,
+# forward and backward in float32 on one BLAS thread (benchmarks/bench_long_attention.py --crossover:
+# tiled/exact about 1.2-1.4 at T = 64..128, 0.85-1.15 at T = 256..512, 0.5-0.6 at T = 1,024).
+# Below it, training keeps the exact kernel, so the demos' short sequences run as before.
+TILED_MIN_SCORES = 512 * 512
+
+
+def use_tiled(need_weights: bool | None, training: bool, t_q: int, t_k: int) -> bool:
+    """Which kernel ``MultiHeadAttention.forward`` runs: the tiled one only when the weights are not
+    needed (``need_weights`` False, or None in training mode) and Tq * Tk >= TILED_MIN_SCORES."""
+    if need_weights is None:
+        need_weights = not training
+    return not need_weights and t_q * t_k >= TILED_MIN_SCORES
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -61,13 +83,17 @@ class MultiHeadAttention(Module):
         return tuple(split_heads(qkv[..., i * e:(i + 1) * e], self.n_heads) for i in range(3))
 
     # -- op pair ----------------------------------------------------------------------------
-    def forward(self, x_q, x_kv=None, mask=None, bias=None, causal=False, rng=None, kv=None):
+    def forward(self, x_q, x_kv=None, mask=None, bias=None, causal=False, rng=None, kv=None,
+                need_weights: bool | None = None):
         """x_q (B, Tq, E); x_kv (B, Tk, E) for cross-attention, None for self-attention.
 
         mask: bool, broadcastable to (B, H, Tq, Tk), True = may attend.
         bias: float, broadcastable to (B, H, Tq, Tk), added to the scores.
         kv: precomputed (k, v) from ``project_kv`` (inference only: no backward through it).
-        Returns (out (B, Tq, E), cache); ``attention_weights(cache)`` gives weights (B, H, Tq, Tk).
+        need_weights: True keeps the weights (the exact kernel); False lets long sequences run the
+        tiled O(T)-memory kernel; None (default): True in eval mode, False in training mode.
+        Returns (out (B, Tq, E), cache); ``attention_weights(cache)`` gives weights (B, H, Tq, Tk)
+        when they were kept.
         """
         e, h = self.d_model, self.n_heads
         w, b = self.params["in_proj_weight"], self.params["in_proj_bias"]
@@ -87,8 +113,12 @@ class MultiHeadAttention(Module):
             v = split_heads(kv_all[..., e:], h)                    # (B, H, Tk, D)
             proj_cache = (cq, ckv)
         p = self.dropout if self.training else 0.0
-        heads, weights, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
-                                                      dropout_p=p, rng=rng)  # (B, H, Tq, D)
+        if use_tiled(need_weights, self.training, q.shape[-2], k.shape[-2]):
+            heads, att_cache = flash_attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
+                                                       dropout_p=p, rng=rng)  # (B, H, Tq, D)
+        else:
+            heads, _, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
+                                                    dropout_p=p, rng=rng)     # (B, H, Tq, D)
         merged = merge_heads(heads)                                # (B, Tq, E)
         out, out_cache = self.out_proj.forward(merged)             # (B, Tq, E)
         cache = (x_kv is None, proj_cache, att_cache, out_cache)
@@ -97,6 +127,10 @@ class MultiHeadAttention(Module):
     @staticmethod
     def attention_weights(cache) -> np.ndarray:
         """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
+        if isinstance(cache[2], FlashAttentionCache):
+            raise ValueError("the attention weights were not kept: this forward ran the tiled O(T)-memory "
+                             "kernel (training mode on a long sequence); ask for them with "
+                             "forward(..., need_weights=True) or run the model in eval mode (model.eval())")
         return cache[2][3]
 
     def backward(self, dout, cache):
@@ -107,7 +141,8 @@ class MultiHeadAttention(Module):
         h = self.n_heads
         dmerged, g_out = self.out_proj.backward(dout, out_cache)   # (B, Tq, E)
         dheads = split_heads(dmerged, h)                           # (B, H, Tq, D)
-        dq, dk, dv = attention_backward(dheads, att_cache)         # (B, H, T*, D)
+        tiled = isinstance(att_cache, FlashAttentionCache)
+        dq, dk, dv = (flash_attention_backward if tiled else attention_backward)(dheads, att_cache)  # (B, H, T*, D)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
         if is_self:

@@ -1,9 +1,11 @@
 """Core ops: each a forward/backward pair with an explicit cache (see STYLE.md), and in
-``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax."""
+``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax; ``flash_attention.py``
+is attention's O(T)-memory tiled twin for training on long sequences."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
 from .attention import attention_backward, attention_forward, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
+from .flash_attention import flash_attention_backward, flash_attention_forward
 from .inference import attention_inference, layernorm_inference, softmax_numerator_
 from .layernorm import layernorm_backward, layernorm_forward
 from .linear import linear_backward, linear_forward
@@ -16,6 +18,7 @@ __all__ = [
     "cross_entropy_backward", "cross_entropy_forward",
     "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
+    "flash_attention_backward", "flash_attention_forward",
     "erf", "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
     "layernorm_backward", "layernorm_forward", "layernorm_inference",
     "linear_backward", "linear_forward",

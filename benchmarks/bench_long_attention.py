@@ -1,0 +1,225 @@
+"""Long sequences: peak memory and time of one DecoderLM training step, tiled attention vs exact.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_long_attention.py
+    (options: --lengths 1024,2048,4096,8192,16384 --exact-max 4096 --time-at 2048 --repeats 5
+     --png long_attention.png --threads N; --crossover (attention op alone, T = 64..1,024, the
+     threshold nn/attention.py uses); --tune (block sizes at --time-at); a smoke test:
+     --lengths 256,512 --time-at 512 --repeats 2)
+
+The step: a DecoderLM (d_model 128, 4 heads, 2 layers, d_ff 1024, vocabulary 256, learned
+positions, dropout 0.1, float32), batch 1, T tokens, forward, cross-entropy and backward
+(``model.loss``), in training mode. "tiled" runs ops/flash_attention.py (what training picks for
+long sequences), "exact" the reference ops/attention.py, which keeps the (B, H, T, T) weights; the
+path is forced by setting ``npformer.nn.attention.TILED_MIN_SCORES``.
+
+Memory: each (T, path) runs in a fresh child process, which reports its peak resident set size
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``, everything the process held: Python, numpy, the
+model, the step) and the step's time. The exact path is only run up to --exact-max (at 8,192 it
+needs several GB; at 16,384 over 10 GB).
+
+Time at --time-at: in this process, the two paths alternate (tiled, exact, tiled, ...) after a
+warm-up, without dropout so that both compute the same thing; the medians and their ratio are
+printed, and the run exits with status 1 when their losses or gradients differ. The attention op
+alone (forward and backward, causal, 4 heads of 32) is timed the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+
+PATHS = {"tiled": 0, "exact": 2**62}           # TILED_MIN_SCORES that forces each path
+
+
+def make_model(t: int, dropout: float):
+    from npformer.models import DecoderLM, DecoderLMConfig
+    cfg = DecoderLMConfig(vocab_size=256, d_model=128, n_heads=4, d_ff=1024, n_layers=2, max_len=t,
+                          dropout=dropout)
+    return DecoderLM(cfg, rng=0)                                          # float32, training mode
+
+
+def step(model, ids, seed: int = 0):
+    """One training step's forward, loss and backward: (loss, grads)."""
+    return model.loss(ids[:, :-1], ids[:, 1:], rng=np.random.default_rng(seed))
+
+
+def use_path(path: str) -> None:
+    import npformer.nn.attention as att
+    att.TILED_MIN_SCORES = PATHS[path]
+
+
+def child(t: int, path: str) -> None:
+    """Run in a fresh process: one step at T tokens, print {"peak_mb", "seconds", "loss"} as JSON."""
+    use_path(path)
+    model = make_model(t, dropout=0.1)
+    ids = np.random.default_rng(1).integers(0, 256, size=(1, t + 1))     # (1, T + 1)
+    t0 = time.perf_counter()
+    loss, grads = step(model, ids)
+    seconds = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss          # Linux: kilobytes
+    assert np.isfinite(loss) and all(np.isfinite(g).all() for g in grads.values())
+    print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds, "loss": loss}))
+
+
+def run_child(t: int, path: str, threads: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(t), path, "--threads", str(threads)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def memory_table(lengths, exact_max: int, threads: int) -> dict:
+    print("\npeak resident memory of one training step (fresh process each; DecoderLM d_model 128, 4 heads, "
+          "2 layers, batch 1, float32, dropout 0.1):")
+    print(f"  {'T':>6}  {'tiled MB':>9} {'tiled s':>8}  {'exact MB':>9} {'exact s':>8}")
+    rows = {}
+    for t in lengths:
+        row = {"tiled": run_child(t, "tiled", threads)}
+        row["exact"] = run_child(t, "exact", threads) if t <= exact_max else {"skipped": True}
+        rows[t] = row
+        cells = []
+        for p in ("tiled", "exact"):
+            r = row[p]
+            if "peak_mb" in r:
+                cells.append(f"{r['peak_mb']:9.0f} {r['seconds']:8.2f}")
+            else:
+                cells.append(f"{'(not run)' if 'skipped' in r else 'failed':>18}")
+        print(f"  {t:>6}  {cells[0]}  {cells[1]}", flush=True)
+        for p in ("tiled", "exact"):
+            if "error" in row[p]:
+                print(f"    {p} at T={t} failed: {row[p]['error']}")
+    return rows
+
+
+def step_times(t: int, repeats: int) -> float:
+    """Both paths alternately at T tokens, no dropout; exit 1 when they disagree. Returns tiled/exact."""
+    model = make_model(t, dropout=0.0)
+    ids = np.random.default_rng(1).integers(0, 256, size=(1, t + 1))     # (1, T + 1)
+
+    def run(path):
+        def f():
+            use_path(path)
+            return step(model, ids)
+        return f
+
+    print(f"\none training step at T = {t} (forward, loss, backward; no dropout), alternating:")
+    times, out = alternate({"tiled": run("tiled"), "exact": run("exact")}, repeats)
+    med = print_times(times)
+    ratio = print_ratio(med, "tiled", "exact")
+    (lt, gt), (le, ge) = out["tiled"], out["exact"]
+    check("loss |tiled - exact|", abs(lt - le), 1e-4)
+    worst = max(float(np.abs(gt[k] - ge[k]).max() / max(np.abs(ge[k]).max(), 1e-30)) for k in ge)
+    check("worst gradient, relative to its largest entry", worst, 1e-3)
+    return ratio
+
+
+def op_sides(t: int, batch: int = 1, causal: bool = True, blocks=None):
+    from npformer.ops import attention_backward, attention_forward
+    from npformer.ops.flash_attention import flash_attention_backward, flash_attention_forward
+    rng = np.random.default_rng(0)
+    q, k, v, dout = (rng.normal(size=(batch, 4, t, 32)).astype(np.float32) for _ in range(4))   # (B, H, T, D)
+    sides = {"exact": lambda: attention_backward(dout, attention_forward(q, k, v, causal=causal)[2])}
+    for bq, bk in blocks or [(None, None)]:
+        kw = {} if bq is None else {"block_q": bq, "block_k": bk}
+        name = "tiled" if bq is None else f"tiled {bq}x{bk}"
+        sides[name] = (lambda kw=kw: flash_attention_backward(dout, flash_attention_forward(
+            q, k, v, causal=causal, **kw)[1]))
+    return sides
+
+
+def op_times(t: int, repeats: int) -> float:
+    print(f"\nthe attention op alone at T = {t} (causal, forward + backward, 1 x 4 heads of 32, float32):")
+    times, out = alternate(op_sides(t), repeats)
+    med = print_times(times)
+    ratio = print_ratio(med, "tiled", "exact")
+    worst = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(out["tiled"], out["exact"], strict=True))
+    check("op gradients, relative", worst, 1e-4)
+    return ratio
+
+
+def crossover(repeats: int) -> None:
+    print("\nthe attention op alone, forward + backward, causal, 4 heads of 32, float32, B x T = 4,096 tokens:")
+    for t in (64, 128, 256, 512, 1024):
+        times, _ = alternate(op_sides(t, batch=max(1, 4096 // t)), repeats)
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        print(f"  T = {t:5d}: exact {med['exact'] * 1e3:8.1f} ms, tiled {med['tiled'] * 1e3:8.1f} ms, "
+              f"tiled / exact {med['tiled'] / med['exact']:.2f}", flush=True)
+
+
+def tune(t: int, repeats: int) -> None:
+    blocks = [(bq, bk) for bq in (64, 128, 256) for bk in (128, 256, 512, 1024)]
+    print(f"\nblock sizes at T = {t} (the op alone, causal, forward + backward), alternating:")
+    times, _ = alternate(op_sides(t, blocks=blocks), repeats)
+    print_times(dict(sorted(times.items(), key=lambda kv: np.median(kv[1]))))
+
+
+def draw(rows: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for p, style in (("tiled", "o-"), ("exact", "s--")):
+        ts = [t for t, r in rows.items() if "peak_mb" in r[p]]
+        axes[0].plot(ts, [rows[t][p]["peak_mb"] for t in ts], style, label=p)
+        axes[1].plot(ts, [rows[t][p]["seconds"] for t in ts], style, label=p)
+    for ax, label in zip(axes, ("peak resident memory (MB)", "seconds per step"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].axhline(1536, color="grey", lw=0.8, label="1.5 GB")
+    for ax in axes:
+        ax.legend()
+    fig.suptitle("DecoderLM training step (d_model 128, 4 heads, 2 layers, batch 1, float32)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="1024,2048,4096,8192,16384", help="T values of the memory table")
+    ap.add_argument("--exact-max", type=int, default=4096, help="longest T the exact path runs (default 4096)")
+    ap.add_argument("--time-at", type=int, default=2048, help="T of the alternating timing (default 2048)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds of each side (default 5)")
+    ap.add_argument("--png", default=None, help="draw memory and time against T into this PNG")
+    ap.add_argument("--crossover", action="store_true", help="only: the op alone at T = 64..1,024")
+    ap.add_argument("--tune", action="store_true", help="only: block sizes of the op at --time-at")
+    ap.add_argument("--child", nargs=2, metavar=("T", "PATH"), help=argparse.SUPPRESS)
+    add_threads_arg(ap)
+    args = ap.parse_args()
+    threads = set_threads(args.threads)
+    if args.child:
+        child(int(args.child[0]), args.child[1])
+        return
+    print_setup()
+    if args.crossover:
+        crossover(args.repeats)
+        return
+    if args.tune:
+        tune(args.time_at, args.repeats)
+        return
+    lengths = [int(x) for x in args.lengths.split(",")]
+    rows = memory_table(lengths, args.exact_max, threads)
+    op_times(args.time_at, args.repeats)
+    step_times(args.time_at, args.repeats)
+    if args.png:
+        draw(rows, args.png)
+    failed = [f"{p} at T={t}" for t, r in rows.items() for p in r if "error" in r[p]]
+    if failed:
+        print("FAILED: " + ", ".join(failed), file=sys.stderr)
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
