@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..ops import attention_backward, attention_forward, linear_backward, linear_forward
+from ..ops import attention_backward, attention_forward, attention_weights_grad, linear_backward, linear_forward
 from .basic import Linear
 from .module import Module
 
@@ -32,6 +32,10 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 class MultiHeadAttention(Module):
+    # When True, backward also returns d loss / d weights (B, H, Tq, Tk) in grads under "attention_weights"
+    # (not a parameter): npformer.explore sets it for one backward to compute Chefer et al.'s relevance.
+    report_weights_grad = False
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
                  rng: np.random.Generator | None = None, dtype=np.float32) -> None:
         super().__init__()
@@ -99,6 +103,13 @@ class MultiHeadAttention(Module):
         """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
         return cache[2][3]
 
+    @staticmethod
+    def attention_parts(cache) -> tuple:
+        """(q, k, v, weights, scale) of a forward cache, as the attention op used them: q (B, H, Tq, D),
+        k and v (B, H, Tk, D), weights (B, H, Tq, Tk) before attention dropout, scale (1/sqrt(D))."""
+        q, k, v, weights, _, scale = cache[2]
+        return q, k, v, weights, scale
+
     def backward(self, dout, cache):
         """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
         is_self, proj_cache, att_cache, out_cache = cache
@@ -110,6 +121,8 @@ class MultiHeadAttention(Module):
         dq, dk, dv = attention_backward(dheads, att_cache)         # (B, H, T*, D)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
+        if self.report_weights_grad:
+            grads["attention_weights"] = attention_weights_grad(dheads, att_cache)  # (B, H, Tq, Tk)
         if is_self:
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)

@@ -1,7 +1,7 @@
 """Core ops: each a forward/backward pair with an explicit cache (see STYLE.md), and in
 ``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
-from .attention import attention_backward, attention_forward, causal_mask
+from .attention import attention_backward, attention_forward, attention_weights_grad, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
 from .inference import attention_inference, layernorm_inference, softmax_numerator_
@@ -12,7 +12,7 @@ from .positional import sinusoidal_positions, sinusoidal_positions_2d
 from .softmax import log_softmax, softmax_backward, softmax_forward
 
 __all__ = [
-    "attention_backward", "attention_forward", "attention_inference", "causal_mask",
+    "attention_backward", "attention_forward", "attention_inference", "attention_weights_grad", "causal_mask",
     "cross_entropy_backward", "cross_entropy_forward",
     "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
