@@ -57,6 +57,7 @@ from .checkpoint import (
 )
 from .clip import clip_by_global_norm
 from .optim import Adam, AdamW
+from .probe import record_probe
 from .schedules import make_schedule
 
 LOG, EVAL_LOG, CURVES = "log.csv", "eval.csv", "curves.png"
@@ -209,6 +210,7 @@ class Trainer:
             (out / EVAL_LOG).unlink(missing_ok=True)
             self._write_log_header()
             self.save()                                                  # step 0: a checkpoint exists from the start
+            record_probe(out, task, model, 0)                            # the probe's attention before training
         except BaseException:
             lock.release()
             raise
@@ -419,6 +421,7 @@ class Trainer:
         metrics = self.evaluate(n)
         self.save()                                                      # metrics.json never runs ahead of
         self._record(metrics, final=final, stopped=stopped)              # the checkpoint, even if a save fails
+        record_probe(self.out, self.task, self.model, self.step)        # the explorer's over-training slider
         return metrics
 
     def _finish(self, stopped: str, bar: _Progress, log: _StepLog) -> None:
