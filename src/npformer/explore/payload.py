@@ -72,6 +72,12 @@ def decode_array(d: dict) -> np.ndarray:
     return x * d["scale"] if "scale" in d else x
 
 
+def _mask_array(mask: np.ndarray) -> dict:
+    """A boolean mask as "u8" 0/1 (1 = may attend), no scale."""
+    m = np.ascontiguousarray(mask, dtype=np.uint8)
+    return {"dtype": "u8", "shape": list(m.shape), "b64": base64.b64encode(m.tobytes()).decode("ascii")}
+
+
 def _map_array(x: np.ndarray) -> dict:
     """A relevance or rollout map: float16 when it fits (it nearly always does), else float32."""
     x = np.asarray(x, dtype=np.float64)
@@ -110,7 +116,7 @@ def group_json(name: str, g: cap.GroupParts, query_tokens, key_tokens, query_kin
         "token_kinds": {"query": list(query_kinds), "key": list(key_kinds)},
         "q": encode_array(g.q, "f32", big), "k": encode_array(g.k, "f32", big), "v": encode_array(g.v, "f32", big),
         "scale": g.scale,
-        "mask": None if g.mask is None else encode_array(g.mask, "u8") | {"scale": 1.0},
+        "mask": None if g.mask is None else _mask_array(g.mask),
         "bias": None,
         "weights": encode_array(g.weights, "u8") if small else None,
         "rollout": encode_array(rel.rollout(g.weights), "u8") if g.self_attention else None,
