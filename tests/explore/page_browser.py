@@ -12,11 +12,10 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-from oracles import _missing, require
+from oracles import require, require_program
 
 CHROMIUM = os.environ.get("NPFORMER_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -25,9 +24,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 
 def chromium_path() -> str:
     """The chromium binary; skips (fails under CI) when it is not installed."""
-    if not (Path(CHROMIUM).is_file() and os.access(CHROMIUM, os.X_OK)):
-        _missing("chromium", f"{CHROMIUM} not found", "apt-get install chromium (make install-test, as root)")
-    return CHROMIUM
+    return require_program(CHROMIUM, "chromium", "apt-get install chromium (make install-test does, as root)")
 
 
 @contextmanager
