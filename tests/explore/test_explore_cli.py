@@ -162,3 +162,9 @@ def test_minilm_page_at_128_word_pieces_is_under_5_mb(capsys, tmp_path):
     rc, _, err = cli(capsys, "explore", "minilm", "one", "two", "three")
     assert rc == 2
     one_line_error(err, "at most 2 inputs")
+
+
+@pytest.mark.parametrize("kind", ["dates", "text", "digits", "tabletop"])
+def test_without_input_a_default_one_is_shown(explore_runs, capsys, tmp_path, kind):  # noqa: F811
+    rc, _, _ = cli(capsys, "explore", explore_runs[kind], "--out", tmp_path / "d.html")
+    assert rc == 0 and len(page_payload(tmp_path / "d.html")["inputs"]) == 1

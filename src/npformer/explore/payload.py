@@ -225,11 +225,10 @@ class Seq2SeqExplorer(RunExplorer):
     fields = [{"name": "text", "label": "source text", "kind": "text", "default": ""}]
 
     def default_inputs(self) -> list[dict]:
-        src = {"dates": "29 November 2026", "copy": "abcab"}.get(self.kind)
-        if src is None:
-            vocab = self.run.task.vocab
-            src = "".join(vocab.chars[:5])
-        return [{"text": src}]
+        task = self.run.task
+        if self.kind == "dates":
+            return [{"text": "29 November 2026"}]
+        return [{"text": "".join(task.vocab.chars[:max(1, min(5, task.max_source_len))])}]
 
     def explain(self, inp: dict) -> dict:
         from ..decode import greedy
