@@ -91,6 +91,10 @@ def test_step_view_numbers_equal_npformer_attention(pages, opened, kind):
         assert abs(values(page, "#step-sum")[0] - 1) < 1e-12
         np.testing.assert_allclose(values(page, "#step-out span"), out[layer, head, i], rtol=0, atol=1e-5)
         np.testing.assert_allclose(values(page, "#step-slice span"), out[layer, head, i], rtol=0, atol=1e-5)
+        # the whole map the other views draw (the page's fast path for every row at once)
+        drawn = page.evaluate(f"""(() => {{ const x = window.npformerExplore;
+            return Array.from(x.headWeights(x.state.payload.inputs[0].groups[{gi}], {layer}, {head})); }})()""")
+        np.testing.assert_allclose(np.reshape(drawn, w.shape[2:]), w[layer, head], rtol=0, atol=1e-5)
         o.click_tab("head")
     assert o.errors == []
 

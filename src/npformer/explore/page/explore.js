@@ -742,11 +742,20 @@
 
   // The target an explanation is for, and the query row it is read at.
   function targets() { return input().targets || []; }
+  // null: a target of the whole sequence (e.g. a mean-pooled embedding), explained by the mean of all rows.
   function targetRow(g) {
     const t = targets()[S.target];
-    if (t && t.query !== null && t.query !== undefined && (!t.group || t.group === g.name)) return t.query;
+    if (t && (!t.group || t.group === g.name)) return t.query === undefined ? S.query : t.query;
     return S.query;
   }
+  // Row i of a (Tq, Tk) block of `data` starting at `off`, or the mean of its rows when i is null.
+  function rowOf(data, off, Tq, Tk, i) {
+    const out = new Float64Array(Tk);
+    if (i !== null) { for (let j = 0; j < Tk; j++) out[j] = data[off + i * Tk + j]; return out; }
+    for (let r = 0; r < Tq; r++) for (let j = 0; j < Tk; j++) out[j] += data[off + r * Tk + j] / Tq;
+    return out;
+  }
+  function rowName(g, i) { return i === null ? "the mean of all query rows" : "query token " + i + " \u201c" + g.query_tokens[i] + "\u201d"; }
 
   // Bars over the key tokens, with their numbers: one per explanation.
   function barTable(id, title, values, g, note) {
@@ -770,12 +779,12 @@
 
   // Raw attention of one query row at a layer, averaged over the chosen heads.
   function meanRow(g, l, i, heads) {
-    const Tk = g.key_tokens.length;
+    const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
     const out = new Float64Array(Tk);
     if (!heads.length) return out;
     for (const h of heads) {
-      const W = headWeights(g, l, h);
-      for (let j = 0; j < Tk; j++) out[j] += W[i * Tk + j] / heads.length;
+      const r = rowOf(headWeights(g, l, h), 0, Tq, Tk, i);
+      for (let j = 0; j < Tk; j++) out[j] += r[j] / heads.length;
     }
     return out;
   }
@@ -784,7 +793,7 @@
     if (!R) return null;
     const [L, Tq, Tk] = R.shape;
     const l = S.rolloutLayer < 0 ? L - 1 : Math.min(S.rolloutLayer, L - 1);
-    return Float64Array.from(R.data.subarray((l * Tq + i) * Tk, (l * Tq + i + 1) * Tk));
+    return rowOf(R.data, l * Tq * Tk, Tq, Tk, i);
   }
   function relevanceRow(g, i) {
     const t = targets()[S.target];
@@ -792,8 +801,7 @@
     if (!g._rel) g._rel = {};
     if (!g._rel[t.name]) g._rel[t.name] = decodeArray(g.relevance[t.name]);
     const R = g._rel[t.name];
-    const Tk = R.shape[1];
-    return Float64Array.from(R.data.subarray(i * Tk, (i + 1) * Tk));
+    return rowOf(R.data, 0, R.shape[0], R.shape[1], i);
   }
 
   // A picker for the explanation's target.
@@ -802,7 +810,14 @@
     targets().forEach((t, n) => option(pick, n, t.name));
     if (!targets().length) option(pick, 0, "query token " + S.query);
     pick.value = S.target;
-    pick.addEventListener("change", () => { S.target = +pick.value; render(); });
+    pick.addEventListener("change", () => {
+      S.target = +pick.value;
+      // a target is read in one attention group (the decoder's cross-attention for a translation): go there
+      const t = targets()[S.target];
+      const gi = t && t.group ? input().groups.findIndex((g) => g.name === t.group) : -1;
+      if (gi >= 0 && gi !== S.group) { S.group = gi; $("group-select").value = gi; fillGroupControls(); }
+      render();
+    });
     return pick;
   }
 
@@ -823,8 +838,8 @@
     lp.value = rl;
     lp.addEventListener("change", () => { S.rolloutLayer = +lp.value; render(); });
     section.appendChild(el("p", { class: "hint" }, [
-      "Target ", targetPicker(), (t && t.detail ? " (" + t.detail + ")" : "") + ", read at query token " + i +
-      " \u201c" + g.query_tokens[i] + "\u201d of " + g.name + ". Raw attention: layer " + S.layer +
+      "Target ", targetPicker(), (t && t.detail ? " (" + t.detail + ")" : "") + ", read at " + rowName(g, i) +
+      " of " + g.name + ". Raw attention: layer " + S.layer +
       ", mean of heads " + heads.join(",") + ". Rollout (Abnar & Zuidema 2020): the layers' head-averaged attention " +
       "plus the residual, multiplied through ", lp, ". Relevance (Chefer, Gur & Wolf 2021): the gradient of the " +
       "target with respect to each attention map times the map, positive part, averaged over heads, propagated " +
@@ -935,7 +950,7 @@
       : meanRow(g, S.layer, i, heads);
     section.appendChild(el("p", { class: "hint" }, [
       "Show ", srcPick, S.imageSource === "attention" ? "" : " for target ", S.imageSource === "attention" ? "" : targetPicker(),
-      " of query token " + i + " \u201c" + g.query_tokens[i] + "\u201d: each patch is tinted by the weight its key " +
+      " of " + rowName(g, i) + ": each patch is tinted by the weight its key " +
       "token receives (scaled to the largest patch); the words are listed beside it."]));
     const c = makeCanvas(340, 340);
     c.id = "image-canvas";
@@ -1171,7 +1186,8 @@
         const prev = S.payload.inputs[k] && S.payload.inputs[k].meta && S.payload.inputs[k].meta[f.name];
         const inputEl = el("input", { name: f.name, type: f.kind === "int" ? "number" : "text", "aria-label": f.label,
                                       placeholder: f.label + (n > 1 ? " " + (k + 1) : "") });
-        if (f.kind !== "int") inputEl.maxLength = serve.max_input_chars;
+        // no maxLength: the server checks the length and its error is shown on the page
+        if (f.kind !== "int") inputEl.title = "at most " + serve.max_input_chars + " characters";
         const start = k < S.payload.inputs.length ? (prev !== undefined && prev !== null ? prev :
           (f.kind === "int" ? f.default : S.payload.inputs[k].label)) : (k === 0 ? f.default : "");
         inputEl.value = start === undefined || start === null ? "" : start;
