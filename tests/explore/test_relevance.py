@@ -192,3 +192,61 @@ def test_payload_relevance_and_rollout_of_a_run(explore_runs):  # noqa: F811
             r = r + _abar(w[layer], grads[f"encoder.layers.{layer}.self_attn"].astype(np.float64)) @ r
         np.testing.assert_allclose(decode_array(g["relevance"][t["name"]]), r, rtol=2e-3, atol=1e-4)
         assert t["query"] == 0 and t["group"] == "self"                # read at [CLS]
+
+
+def _torch_mha(torch, p, pre, xq, xkv, n_heads, causal=False):
+    """torch's multi-head attention written out with npformer's weights; returns (out, weights)."""
+    e = xq.shape[-1]
+    w, b = p[pre + "in_proj_weight"], p[pre + "in_proj_bias"]
+    q = xq @ w[:e].T + b[:e]
+    k, v = (xkv @ w[e:].T + b[e:]).split(e, dim=-1)
+    q, k, v = (z.reshape(1, -1, n_heads, e // n_heads).transpose(1, 2) for z in (q, k, v))
+    s = q @ k.transpose(-1, -2) / math.sqrt(e // n_heads)
+    if causal:
+        s = s.masked_fill(~torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf"))
+    a = torch.softmax(s, dim=-1)
+    a.retain_grad()
+    o = (a @ v).transpose(1, 2).reshape(1, -1, e)
+    return o @ p[pre + "out_proj.weight"].T + p[pre + "out_proj.bias"], a
+
+
+def test_encoder_decoder_gradients_match_torch():
+    """Every group of the encoder-decoder (encoder self, decoder self, decoder cross): d y / d A from
+    npformer's TransformerStack.backward with the flag equals torch autograd on the same post-LN stack."""
+    torch = require("torch")
+    from npformer.nn import TransformerStack
+    F = torch.nn.functional
+    e, h = 8, 2
+    stack = TransformerStack(d_model=e, n_heads=h, n_encoder_layers=2, n_decoder_layers=2, d_ff=12, dropout=0.0,
+                             rng=np.random.default_rng(6), dtype=np.float64).eval()
+    rng = np.random.default_rng(7)
+    src, tgt, dout = rng.standard_normal((1, 5, e)), rng.standard_normal((1, 4, e)), rng.standard_normal((1, 4, e))
+    _, cache = stack.forward(src, tgt)
+    grads = rel.attention_grads(stack, stack.backward, dout, cache)
+    p = {k: torch.tensor(v, requires_grad=True) for k, v in stack.state_dict().items()}
+
+    def ln(x, name):
+        return F.layer_norm(x, (e,), p[name + ".weight"], p[name + ".bias"], 1e-5)
+
+    def ffn(x, pre):
+        return F.relu(x @ p[pre + "ffn.linear1.weight"].T + p[pre + "ffn.linear1.bias"]) \
+            @ p[pre + "ffn.linear2.weight"].T + p[pre + "ffn.linear2.bias"]
+
+    maps, x = {}, torch.tensor(src)
+    for i in range(2):
+        pre = f"encoder.layers.{i}."
+        o, maps[pre + "self_attn"] = _torch_mha(torch, p, pre + "self_attn.", x, x, h)
+        x = ln(x + o, pre + "norm1")
+        x = ln(x + ffn(x, pre), pre + "norm2")
+    memory, y = ln(x, "encoder.norm"), torch.tensor(tgt)
+    for i in range(2):
+        pre = f"decoder.layers.{i}."
+        o, maps[pre + "self_attn"] = _torch_mha(torch, p, pre + "self_attn.", y, y, h, causal=True)
+        y = ln(y + o, pre + "norm1")
+        o, maps[pre + "multihead_attn"] = _torch_mha(torch, p, pre + "multihead_attn.", y, memory, h)
+        y = ln(y + o, pre + "norm2")
+        y = ln(y + ffn(y, pre), pre + "norm3")
+    (ln(y, "decoder.norm") * torch.tensor(dout)).sum().backward()
+    assert sorted(grads) == sorted(maps)
+    for name, a in maps.items():
+        np.testing.assert_allclose(grads[name], a.grad.numpy()[0], rtol=1e-8, atol=1e-12, err_msg=name)
