@@ -238,5 +238,18 @@ def test_export_png_and_json(pages, opened):
     assert numbers["view"] == "step" and numbers["layer"] == 0 and numbers["query"] == 0
     w = refs["encoder self"][5][0, numbers["head"], 0]
     np.testing.assert_allclose(numbers["weights"], w, atol=1e-5)
+    o.click_tab("model")                                           # a view whose numbers are every map
+    with page.expect_download() as d:
+        page.click("#export-json")
+    numbers = json.loads(open(d.value.path(), encoding="utf-8").read())
+    np.testing.assert_allclose(numbers["weights"], refs["encoder self"][5], atol=1e-5)   # (L, H, Tq, Tk)
+    o.click_tab("training")
+    page.fill("#train-slider", "1")
+    page.dispatch_event("#train-slider", "input")
+    with page.expect_download() as d:
+        page.click("#export-json")
+    numbers = json.loads(open(d.value.path(), encoding="utf-8").read())
+    assert numbers["step"] == payload["training"]["steps"][1]
+    np.testing.assert_allclose(numbers["weights"], decode(payload["training"]["weights"])[1], atol=1e-6)
     assert o.errors == []
     assert o.foreign_requests(LOCAL) == []

@@ -541,10 +541,10 @@
       draw();
     });
     draw();
-    // the numbers of this view: the chosen heads' weights
-    return { view: "head", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
+    // the numbers of this view (the chosen heads' weights), made when exported
+    return () => ({ view: "head", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
              key_tokens: g.key_tokens, threshold: S.threshold, selected: [...S.selected],
-             weights: Object.fromEntries(heads.map((h, n) => [h, rowsOf(Ws[n], Tq, Tk)])) };
+             weights: Object.fromEntries(heads.map((h, n) => [h, rowsOf(Ws[n], Tq, Tk)])) });
   }
 
   function rowsOf(W, Tq, Tk) {
@@ -624,8 +624,9 @@
     });
     section.appendChild(el("div", { class: "scroll" }, [c]));
     S.canvas = c;
-    return { view: "model", group: g.name, n_layers: L, n_heads: H, query_tokens: g.query_tokens, key_tokens: g.key_tokens,
-             weights: Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => rowsOf(headWeights(g, l, h), Tq, Tk))) };
+    return () => ({ view: "model", group: g.name, n_layers: L, n_heads: H, query_tokens: g.query_tokens,
+                    key_tokens: g.key_tokens, weights: Array.from({ length: L }, (_, l) =>
+                      Array.from({ length: H }, (_, h) => rowsOf(headWeights(g, l, h), Tq, Tk))) });
   }
 
   // 4.3 Step view: the lesson's computation for one head and one query token, with the numbers.
@@ -1023,8 +1024,8 @@
     section.appendChild(readout);
     section.appendChild(el("div", { class: "scroll" }, [c]));
     S.canvas = c;
-    return { view: "matrix", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
-             key_tokens: g.key_tokens, weights: rowsOf(M, Tq, Tk) };
+    return () => ({ view: "matrix", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
+                    key_tokens: g.key_tokens, weights: rowsOf(M, Tq, Tk) });
   }
 
   // one rectangle per cell, for maps small enough to show every cell
@@ -1074,9 +1075,13 @@
         }
       }
     }
-    slider.addEventListener("input", () => { S.trainStep = +slider.value; draw(); S.numbers.step = tr.steps[S.trainStep]; });
+    slider.addEventListener("input", () => { S.trainStep = +slider.value; draw(); });
     draw();
-    return { view: "training", step: tr.steps[S.trainStep], group: tr.group, query_tokens: tr.query_tokens, key_tokens: tr.key_tokens };
+    return () => ({ view: "training", step: tr.steps[S.trainStep], group: tr.group, query_tokens: tr.query_tokens,
+                    key_tokens: tr.key_tokens, weights: Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => {
+                      const off = (((S.trainStep * L + l) * H + h) * Tq) * Tk;
+                      return rowsOf(W.data.subarray(off, off + Tq * Tk), Tq, Tk);
+                    })) });
   }
 
   // 4.8 Head statistics: entropy, mean attended distance, weight on the first token; sortable,
@@ -1145,23 +1150,27 @@
   // 5. Export, the --serve form, start-up
   // ---------------------------------------------------------------------------------------------
 
-  // A download from a data: URL (no blob, no request).
-  function download(name, url) {
+  // A download of bytes made in the page: an object URL (blob:, in memory; nothing leaves the machine).
+  function download(name, blob) {
+    const url = URL.createObjectURL(blob);
     const a = el("a", { href: url, download: name });
     document.body.appendChild(a);
     a.click();
     a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
   function baseName() {
     const g = group();
     return "explore_" + S.view + "_" + g.name.replace(/\W+/g, "-") + "_L" + S.layer;
   }
   $("export-png").addEventListener("click", () => {
-    if (S.canvas) download(baseName() + ".png", S.canvas.toDataURL("image/png"));
+    if (S.canvas) S.canvas.toBlob((blob) => download(baseName() + ".png", blob), "image/png");
   });
   $("export-json").addEventListener("click", () => {
-    const text = JSON.stringify(S.numbers, (k, v) => (typeof v === "number" && !isFinite(v) ? null : v));
-    download(baseName() + ".json", "data:application/json;charset=utf-8," + encodeURIComponent(text));
+    // the view's numbers (views with large maps give a function, called only now); -inf as null
+    const numbers = typeof S.numbers === "function" ? S.numbers() : S.numbers;
+    const text = JSON.stringify(numbers, (k, v) => (typeof v === "number" && !isFinite(v) ? null : v));
+    download(baseName() + ".json", new Blob([text], { type: "application/json" }));
   });
 
   function showError(message) {
