@@ -112,3 +112,18 @@ def test_minilm_stored_numbers_give_its_attention():
     np.testing.assert_allclose(w, ref, rtol=0, atol=1e-5)
     assert g["query_tokens"][0] == "[CLS]" and g["query_tokens"][-1] == "[SEP]" and len(g["query_tokens"]) == len(ids)
     assert payload["model"] == {"kind": "minilm", "d_model": 384, "n_heads": 12, "head_dim": 32, "norm": "post"}
+
+
+def test_head_statistics_by_hand():
+    """Uniform attention over 3 keys: entropy ln 3, distance (1 + 2/3 + 1) / 3, weight on key 0 1/3; causal
+    uniform: entropy (0 + ln 2 + ln 3) / 3, distance (0 + 1/2 + 1) / 3, first (1 + 1/2 + 1/3) / 3."""
+    from npformer.explore.payload import head_stats
+    uniform = np.full((1, 1, 3, 3), 1 / 3)
+    s = head_stats(uniform, None)
+    np.testing.assert_allclose([s["entropy"][0][0], s["distance"][0][0], s["first"][0][0]],
+                               [np.log(3), 8 / 9, 1 / 3], atol=1e-5)
+    m = np.tri(3, dtype=bool)
+    causal = (m / m.sum(-1, keepdims=True))[None, None]
+    s = head_stats(causal, m)
+    np.testing.assert_allclose([s["entropy"][0][0], s["distance"][0][0], s["first"][0][0]],
+                               [(np.log(2) + np.log(3)) / 3, 0.5, (1 + 1 / 2 + 1 / 3) / 3], atol=1e-5)

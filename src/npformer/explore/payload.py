@@ -96,8 +96,8 @@ def head_stats(weights: np.ndarray, mask: np.ndarray | None) -> dict:
     dist = np.abs(np.arange(tq)[:, None] - np.arange(tk)[None, :])             # (Tq, Tk)
     distance = (w * dist).sum(-1)[..., rows].mean(-1)                           # (L, H)
     first = w[..., 0][..., rows].mean(-1)                                       # (L, H)
-    r = lambda a: np.round(a, 5).tolist()                                       # noqa: E731
-    return {"entropy": r(entropy), "distance": r(distance), "first": r(first)}
+    return {name: np.round(v, 5).tolist() for name, v in
+            (("entropy", entropy), ("distance", distance), ("first", first))}
 
 
 # -- one group -------------------------------------------------------------------------------------
