@@ -238,6 +238,10 @@ def test_export_png_and_json(pages, opened):
     assert numbers["view"] == "step" and numbers["layer"] == 0 and numbers["query"] == 0
     w = refs["encoder self"][5][0, numbers["head"], 0]
     np.testing.assert_allclose(numbers["weights"], w, atol=1e-5)
+    q, k, v = (x[0, numbers["head"]] for x in refs["encoder self"][:3])
+    np.testing.assert_array_equal(numbers["q"], q[0])
+    np.testing.assert_array_equal(numbers["k"], k)
+    np.testing.assert_array_equal(numbers["v"], v)
     o.click_tab("model")                                           # a view whose numbers are every map
     with page.expect_download() as d:
         page.click("#export-json")

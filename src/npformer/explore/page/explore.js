@@ -629,6 +629,14 @@
                       Array.from({ length: H }, (_, h) => rowsOf(headWeights(g, l, h), Tq, Tk))) });
   }
 
+  // The first numbers of a vector, for a table cell (the exported JSON has them all).
+  function preview(x) {
+    const n = Math.min(x.length, 8);
+    let t = "";
+    for (let d = 0; d < n; d++) t += (d ? " " : "") + x[d].toFixed(3);
+    return x.length > n ? t + " \u2026" : t;
+  }
+
   // 4.3 Step view: the lesson's computation for one head and one query token, with the numbers.
   function stepView(section) {
     const g = group();
@@ -680,18 +688,14 @@
       const vj = v.data.subarray(vBase + j * Dv, vBase + (j + 1) * Dv);
       const tr = el("tr", { "data-key": j, class: row.allowed[j] ? "" : "masked" }, [
         el("td", { text: String(j) }), el("td", { class: "tok", text: g.key_tokens[j] })]);
-      const kc = el("td", { class: "vec k", text: Array.from(kj, (x) => x.toFixed(3)).join(" ") });
-      kc.dataset.vector = Array.from(kj).join(",");
-      tr.appendChild(kc);
+      tr.appendChild(el("td", { class: "vec k", text: preview(kj) }));
       tr.appendChild(numCell("td", row.dot[j], "dot"));
       tr.appendChild(numCell("td", row.scaled[j], "scaled"));
       if (bias) tr.appendChild(numCell("td", bias.data[i * Tk + j], "bias"));
       tr.appendChild(el("td", { class: "mask", text: row.allowed[j] ? "1" : "0 \u2192 -inf", "data-value": String(row.allowed[j]) }));
       tr.appendChild(numCell("td", row.score[j], "score"));
       tr.appendChild(numCell("td", row.weights[j], "weight"));
-      const vc = el("td", { class: "vec v", text: Array.from(vj, (x) => x.toFixed(3)).join(" ") });
-      vc.dataset.vector = Array.from(vj).join(",");
-      tr.appendChild(vc);
+      tr.appendChild(el("td", { class: "vec v", text: preview(vj) }));
       table.appendChild(tr);
       sum += row.weights[j];
     }
@@ -735,10 +739,13 @@
       el("p", { class: "hint", text: "The heads' outputs are concatenated side by side (" + H + " \u00d7 " + Dv + " = " + H * Dv +
         " numbers) and then mixed by out_proj; head " + h + " owns this slice:" }),
       vector("step-slice", Array.from(row.out), "out[" + h * Dv + "+d]")]);
-    return { view: "step", group: g.name, layer: l, head: h, query: i, query_token: g.query_tokens[i], scale: g.scale,
-             q: Array.from(row.q), dot: Array.from(row.dot), scaled: Array.from(row.scaled),
-             mask: Array.from(row.allowed), score: Array.from(row.score, (x) => (isFinite(x) ? x : null)),
-             weights: Array.from(row.weights), sum: sum, out: Array.from(row.out), slice: [h * Dv, (h + 1) * Dv] };
+    return () => ({ view: "step", group: g.name, layer: l, head: h, query: i, query_token: g.query_tokens[i],
+                    scale: g.scale, key_tokens: g.key_tokens, q: Array.from(row.q),
+                    k: rowsOf(k.data.subarray(kBase, kBase + Tk * D), Tk, D),
+                    v: rowsOf(v.data.subarray(vBase, vBase + Tk * Dv), Tk, Dv),
+                    dot: Array.from(row.dot), scaled: Array.from(row.scaled), mask: Array.from(row.allowed),
+                    score: Array.from(row.score, (x) => (isFinite(x) ? x : null)), weights: Array.from(row.weights),
+                    sum: sum, out: Array.from(row.out), slice: [h * Dv, (h + 1) * Dv] });
   }
 
   // The target an explanation is for, and the query row it is read at.
