@@ -268,7 +268,7 @@ class Seq2SeqExplorer(RunExplorer):
         vocab = self.run.task.vocab
         src, tgt_in = inputs
         read = _char_labels(vocab, tgt_in[0])
-        wrote = read[1:] + ["\u2026"]                      # the decoder read tgt_in; it wrote the next ones
+        wrote = read[1:] + ["<eos>"]                       # teacher forcing: it writes tgt_in shifted, then <eos>
         return wrote, _char_labels(vocab, src[0])
 
 
