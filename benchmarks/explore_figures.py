@@ -5,7 +5,8 @@ tabletop scene), taken in headless chromium from real trained runs.
     npformer train dates --out runs/dates && npformer train tabletop --out runs/tabletop
     .venv/bin/python benchmarks/explore_figures.py --dates runs/dates --tabletop runs/tabletop
 
-Options: --out DIR (default docs/figures), --date "TEXT" (the dates input).
+Options: --out DIR (default docs/figures), --date "TEXT" (the dates input), --head H (the tabletop
+head shown, in the last layer; pick one that reads the scene).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("--dates", required=True, metavar="RUN", help="a trained dates run")
     ap.add_argument("--tabletop", required=True, metavar="RUN", help="a trained tabletop run")
     ap.add_argument("--date", default="29 November 2026", help="the dates input")
+    ap.add_argument("--head", type=int, default=1, help="tabletop: the head shown (last layer)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "figures"), metavar="DIR")
     args = ap.parse_args()
     from page_browser import Opened, browser_context
@@ -63,13 +65,16 @@ def main() -> int:
         page.select_option("#query-select", "2")
         o.click_tab("step")
         page.screenshot(path=str(out / "explore_step.png"),
-                        clip=clip_to(page, ["#controls", "#step-1", "#step-2", "#step-3", "#step-5"]))
-        # tabletop: attention, rollout and relevance of the pick action over the scene
+                        clip=clip_to(page, ["header", "#step-1", "#step-2", "#step-3", "#step-5"]))
+        # tabletop: what the pick action reads in the scene and in the instruction (last layer, one head)
         o2 = Opened(page).open(table.as_uri())
-        o2.click_tab("explain")
-        page.select_option("#target-select", "0")
-        page.screenshot(path=str(out / "explore_tabletop.png"),
-                        clip=clip_to(page, ["header", "#view-explain p.hint", "#explain-canvas"]))
+        layers = page.eval_on_selector_all("#layer-select option", "os => os.length")
+        page.select_option("#layer-select", str(layers - 1))
+        page.click("#heads-none")
+        page.click(f"#head-boxes input[data-head='{args.head}']")
+        page.select_option("#query-select", "0")
+        o2.click_tab("image")
+        page.screenshot(path=str(out / "explore_tabletop.png"), clip=clip_to(page, ["header", "#view-image"]))
         problems = o.errors + o2.errors + o.foreign_requests(("file://", "data:")) + o2.foreign_requests(("file://",))
         for name in ("explore_head.png", "explore_step.png", "explore_tabletop.png"):
             print(out / name)

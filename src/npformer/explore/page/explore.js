@@ -215,7 +215,7 @@
   const S = {
     payload: null, input: 0, group: 0, layer: 0, heads: new Set([0]), focusHead: 0, query: 0,
     threshold: 0.02, view: "head", selected: new Set(), hover: null, target: 0, rolloutLayer: -1,
-    imageSource: "attention", trainStep: 0, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
+    imageSource: "attention", stretch: false, trainStep: 0, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
   };
 
   const PALETTE = ["#1f6fb4", "#e4572e", "#2a9d3f", "#8e44ad", "#d4a017", "#17a2b8", "#c2185b", "#6d4c41",
@@ -303,6 +303,7 @@
   // Layers, heads and query tokens depend on the attention group.
   function fillGroupControls() {
     const g = group();
+    S.hover = null;
     S.layer = Math.min(S.layer, g.n_layers - 1);
     S.query = Math.min(S.query, g.query_tokens.length - 1);
     S.heads = new Set([...S.heads].filter((h) => h < g.n_heads));
@@ -687,7 +688,7 @@
       const kj = k.data.subarray(kBase + j * D, kBase + (j + 1) * D);
       const vj = v.data.subarray(vBase + j * Dv, vBase + (j + 1) * Dv);
       const tr = el("tr", { "data-key": j, class: row.allowed[j] ? "" : "masked" }, [
-        el("td", { text: String(j) }), el("td", { class: "tok", text: g.key_tokens[j] })]);
+        el("td", { text: String(j) }), el("td", { class: "tok", text: shortToken(g.key_tokens[j], 24) })]);
       tr.appendChild(el("td", { class: "vec k", text: preview(kj) }));
       tr.appendChild(numCell("td", row.dot[j], "dot"));
       tr.appendChild(numCell("td", row.scaled[j], "scaled"));
@@ -866,6 +867,7 @@
     });
     if (c) {
       c.id = "explain-canvas";
+      section.appendChild(el("p", { class: "hint" }, [stretchBox()]));
       section.appendChild(c);
     } else {
       // without an image, the three rows as a small heat strip, the canvas this view exports
@@ -895,6 +897,14 @@
     return { view: "explain", group: g.name, target: t ? t.name : null, query: i, layer: S.layer, heads: heads,
              rollout_layer: rl, key_tokens: g.key_tokens, raw: Array.from(raw), rollout: roll && Array.from(roll),
              relevance: rel && Array.from(rel) };
+  }
+
+  // "stretch": a checkbox for the views that tint patches
+  function stretchBox() {
+    const box = el("input", { type: "checkbox", id: "stretch" });
+    box.checked = S.stretch;
+    box.addEventListener("change", () => { S.stretch = box.checked; render(); });
+    return el("label", null, [box, " stretch the tint to the largest patch"]);
   }
 
   // The input image, scaled up, with each patch tinted by its value (key tokens from
@@ -928,8 +938,11 @@
     }
     ctx.imageSmoothingEnabled = false;
     ctx.drawImage(src, x, y, w, h);
+    // tint relative to the largest value of the whole row (words included), so that patches a token
+    // hardly reads stay faint; "stretch" scales to the largest patch instead, to see their differences
     let mx = 1e-12;
-    for (let p = 0; p < rows * cols; p++) mx = Math.max(mx, values[off + p] || 0);
+    if (S.stretch) for (let p = 0; p < rows * cols; p++) mx = Math.max(mx, values[off + p] || 0);
+    else for (let j = 0; j < values.length; j++) mx = Math.max(mx, values[j] || 0);
     const pw = w / cols, ph = h / rows;
     for (let r = 0; r < rows; r++) for (let cc = 0; cc < cols; cc++) {
       const v = (values[off + r * cols + cc] || 0) / mx;
@@ -959,7 +972,7 @@
     section.appendChild(el("p", { class: "hint" }, [
       "Show ", srcPick, S.imageSource === "attention" ? "" : " for target ", S.imageSource === "attention" ? "" : targetPicker(),
       " of " + rowName(g, i) + ": each patch is tinted by the weight its key " +
-      "token receives (scaled to the largest patch); the words are listed beside it."]));
+      "token receives (relative to the row's largest weight); the words are listed beside it. ", stretchBox()]));
     const c = makeCanvas(340, 340);
     c.id = "image-canvas";
     const ctx = c._ctx;
@@ -969,7 +982,8 @@
     S.canvas = c;
     // the non-patch key tokens (words, actions, specials) with their values
     const words = [];
-    if (values) g.key_tokens.forEach((t, j) => { if (!isImageKey(g, j)) words.push(j); });
+    const kinds = (g.token_kinds && g.token_kinds.key) || [];
+    if (values) g.key_tokens.forEach((t, j) => { if (!isImageKey(g, j) && kinds[j] !== "pad" && t !== "<pad>") words.push(j); });
     const wordVals = words.map((j) => values[j]);
     const table = barTable("image-words", "words", values ? wordVals : null,
       { key_tokens: words.map((j) => g.key_tokens[j]) });
