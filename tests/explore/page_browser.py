@@ -46,6 +46,13 @@ def browser_context():
         shutil.rmtree(profile, ignore_errors=True)
 
 
+# a canvas's pixels (its PNG data URL) hashed in the page: FNV-1a, and the URL's length
+HASH_JS = """c => {
+    const s = c.toDataURL('image/png'); let h = 2166136261;
+    for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
+    return h.toString(16) + ':' + s.length; }"""
+
+
 class Opened:
     """A page with the record of its console errors and requests."""
 
@@ -70,10 +77,7 @@ class Opened:
 
     def canvas_hash(self, selector: str) -> str:
         """The canvas's pixels as a PNG data URL's hash, computed in the page."""
-        return self.page.eval_on_selector(selector, """c => {
-            const s = c.toDataURL('image/png'); let h = 2166136261;
-            for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
-            return h.toString(16) + ':' + s.length; }""")
+        return self.page.eval_on_selector(selector, HASH_JS)
 
 
 @pytest.fixture(scope="module")

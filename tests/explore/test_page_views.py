@@ -148,6 +148,19 @@ def test_image_view_draws_patches_and_words(pages, opened, kind):
     np.testing.assert_allclose(values(page, "#image-words td.value"), w[words], atol=1e-6)
     page.select_option("#image-source", "relevance")
     assert o.canvas_hash("#image-canvas") != h0
+    # "stretch" scales the tint to the largest patch instead of the row's largest weight: it changes the
+    # drawing exactly when that weight is not on a patch
+    page.select_option("#image-source", "attention")
+    means = refs["self"][5][0].mean(0)                             # (Tq, Tk), layer 0
+    patch = np.zeros(means.shape[1], bool)
+    patch[off:off + n] = True
+    for i in (action, int(np.argmax(means[:, ~patch].max(1) > means[:, patch].max(1)))):
+        page.select_option("#query-select", str(i))
+        h = o.canvas_hash("#image-canvas")
+        page.check("#stretch")
+        assert (o.canvas_hash("#image-canvas") != h) == (means[i, ~patch].max() > means[i, patch].max())
+        page.uncheck("#stretch")
+        assert o.canvas_hash("#image-canvas") == h
     page.select_option("#image-source", "rollout")
     assert o.errors == []
 
@@ -257,3 +270,28 @@ def test_export_png_and_json(pages, opened):
     np.testing.assert_allclose(numbers["weights"], decode(payload["training"]["weights"])[1], atol=1e-6)
     assert o.errors == []
     assert o.foreign_requests(LOCAL) == []
+
+
+def test_page_works_inside_jupyters_sandboxed_iframe(browser, tmp_path):
+    """``npformer.explore.show`` puts the page in a sandboxed srcdoc iframe (an opaque origin): it must
+    load, inflate its compressed arrays and draw there too."""
+    from page_browser import HASH_JS, Opened
+
+    from npformer.explore import ExplorerView
+    payload, _ = build("minilm", n_tokens=160)                     # large enough for compressed q, k, v
+    assert payload["inputs"][0]["groups"][0]["q"].get("codec") == "zlib-shuffle4"
+    host = tmp_path / "notebook.html"
+    host.write_text("<!DOCTYPE html><html><body>" + ExplorerView(render_html(payload))._repr_html_() +
+                    "</body></html>", encoding="utf-8")
+    o = Opened(browser.new_page())
+    try:
+        o.page.goto(host.as_uri())
+        frame = o.page.frames[1]
+        frame.wait_for_selector("body[data-ready='1']", timeout=30000)
+        h0 = frame.eval_on_selector("#head-canvas", HASH_JS)
+        frame.select_option("#layer-select", "2")
+        assert frame.eval_on_selector("#head-canvas", HASH_JS) != h0
+        assert o.errors == []
+        assert o.foreign_requests(LOCAL + ("about:",)) == []
+    finally:
+        o.page.close()
