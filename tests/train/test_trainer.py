@@ -103,7 +103,7 @@ def test_run_directory_contents(start_tiny, tmp_path):
     d = tmp_path / "files"
     names = {p.name for p in d.iterdir()}
     assert names == {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json",
-                     "metrics.json", "log.csv", "eval.csv"}
+                     "metrics.json", "log.csv", "eval.csv", "probe_attention.safetensors"}
     config = json.loads((d / "config.json").read_text())
     assert config["task"] == "copy" and config["model_kind"] == "transformer"
     assert config["model"]["d_model"] == 16 and config["data"]["n_symbols"] == 4

@@ -6,6 +6,8 @@
     4. draw its attention and say where the figure is
     5. train the tabletop vision-language-action policy with a shorter budget (DEMO_STEPS), report
        held-out success and act on one held-out yellow-with-bowl episode (``npformer act``)
+    6. write the attention explorer (``npformer explore``) for the dates model and the tabletop policy
+       and print the paths of the two HTML files
 
 ``STEPS`` lists the steps in order; each is a function ``step(args) -> None``.
 """
@@ -32,7 +34,7 @@ DEMO_STEPS = 400                    # the tabletop step's training budget (the t
 DEMO_EVAL_N = 1000                  # held-out scenes per split in the tabletop step's final evaluation
 DEMO_INSTRUCTION = "pick up the yellow cube and drop it into the bowl"   # the pairing never trained on
 
-HELP = "the guided tour: lesson, train dates, translate, attention figure"
+HELP = "the guided tour: lesson, train dates, translate, attention figure, tabletop, explorer"
 DESCRIPTION = "Run the lesson, train the dates model, translate a few dates and draw the model's attention."
 
 
@@ -41,7 +43,7 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, metavar="N", help="training steps for the dates model (default: the task's)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="training seed (default 0)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
-                   help="skip a step by name: lesson, train, translate, attention, tabletop (repeatable)")
+                   help="skip a step by name: lesson, train, translate, attention, tabletop, explore (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -186,8 +188,7 @@ def step_tabletop(args) -> None:
     held = metrics["held_out"]
     print(f"held-out scenes: success {held['success']:.1%} (pick and place both right, n={held['n']}); "
           f"never-trained yellow-with-bowl instructions: {held['yellow_bowl_success']:.1%}")
-    seed = next(s for s in range(1000) if "yellow" in scene_for_seed(s)[0].blocks
-                and "bowl" in scene_for_seed(s)[0].containers)             # the first scene with both
+    seed = yellow_bowl_seed()
     scene, instruction = scene_for_seed(seed)[0], DEMO_INSTRUCTION
     res = act(trainer.model.eval(), scene, instruction)
     fig = save_act(final / "act.png", scene.image, res, m.patch_size, title=f"demo: {instruction}")
@@ -199,8 +200,38 @@ def step_tabletop(args) -> None:
           f"any scene: --seed S)")
 
 
+def yellow_bowl_seed() -> int:
+    """The first scene seed with a yellow block and a bowl (the pairing tabletop never trains on)."""
+    from ..data.tabletop_policy import scene_for_seed
+
+    return next(s for s in range(1000) if "yellow" in scene_for_seed(s)[0].blocks
+                and "bowl" in scene_for_seed(s)[0].containers)
+
+
+def step_explore(args) -> None:
+    """Write the attention explorer for the dates model and the tabletop policy; print where they are."""
+    banner("6. Exploring attention in the browser (npformer explore)")
+    from ..explore.payload import open_explorer
+    from ..explore.render import render_html
+    from ..files import atomic_write_bytes
+
+    jobs = [(dates_dir(args), [{"text": ATTENTION_SOURCE}],
+             f'npformer explore {dates_dir(args)} "{ATTENTION_SOURCE}"'),
+            (Path(args.runs) / "tabletop", [{"seed": yellow_bowl_seed(), "instruction": DEMO_INSTRUCTION}],
+             f'npformer explore {Path(args.runs) / "tabletop"} --seed {yellow_bowl_seed()} '
+             f'--instruction "{DEMO_INSTRUCTION}"')]
+    for run_dir, inputs, command in jobs:
+        if not (run_dir / "model.safetensors").is_file():
+            print(f"(no trained run in {run_dir}: skipped)")
+            continue
+        path = run_dir / "explore.html"
+        atomic_write_bytes(path, render_html(open_explorer(run_dir).payload(inputs)).encode("utf-8"))
+        print(f"open in a browser: {path.resolve()}   (the same: {command})")
+    print(f"(new inputs typed into the page: npformer explore {dates_dir(args)} --serve)")
+
+
 STEPS = [("lesson", step_lesson), ("train", step_train), ("translate", step_translate),
-         ("attention", step_attention), ("tabletop", step_tabletop)]
+         ("attention", step_attention), ("tabletop", step_tabletop), ("explore", step_explore)]
 
 
 def run(args) -> int:

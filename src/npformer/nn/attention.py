@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ..ops import attention_backward, attention_forward, linear_backward, linear_forward
+from ..ops import attention_backward, attention_forward, attention_weights_grad, linear_backward, linear_forward
 from ..ops.flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .basic import Linear
 from .module import Module
@@ -54,6 +54,10 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 class MultiHeadAttention(Module):
+    # When True, backward also returns d loss / d weights (B, H, Tq, Tk) in grads under "attention_weights"
+    # (not a parameter): npformer.explore sets it for one backward to compute Chefer et al.'s relevance.
+    report_weights_grad = False
+
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
                  rng: np.random.Generator | None = None, dtype=np.float32) -> None:
         super().__init__()
@@ -127,11 +131,16 @@ class MultiHeadAttention(Module):
     @staticmethod
     def attention_weights(cache) -> np.ndarray:
         """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
-        if isinstance(cache[2], FlashAttentionCache):
-            raise ValueError("the attention weights were not kept: this forward ran the tiled O(T)-memory "
-                             "kernel (training mode on a long sequence); ask for them with "
-                             "forward(..., need_weights=True) or run the model in eval mode (model.eval())")
+        _check_weights_kept(cache[2])
         return cache[2][3]
+
+    @staticmethod
+    def attention_parts(cache) -> tuple:
+        """(q, k, v, weights, scale) of a forward cache, as the attention op used them: q (B, H, Tq, D),
+        k and v (B, H, Tk, D), weights (B, H, Tq, Tk) before attention dropout, scale (1/sqrt(D))."""
+        _check_weights_kept(cache[2])
+        q, k, v, weights, _, scale = cache[2]
+        return q, k, v, weights, scale
 
     def backward(self, dout, cache):
         """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
@@ -145,6 +154,9 @@ class MultiHeadAttention(Module):
         dq, dk, dv = (flash_attention_backward if tiled else attention_backward)(dheads, att_cache)  # (B, H, T*, D)
         dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
+        if self.report_weights_grad:
+            _check_weights_kept(att_cache)
+            grads["attention_weights"] = attention_weights_grad(dheads, att_cache)  # (B, H, Tq, Tk)
         if is_self:
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)
@@ -156,3 +168,11 @@ class MultiHeadAttention(Module):
         grads["in_proj_weight"] = np.concatenate([dwq, dwkv], axis=0)
         grads["in_proj_bias"] = np.concatenate([dbq, dbkv], axis=0)
         return (dx_q, dx_kv), grads
+
+
+def _check_weights_kept(att_cache) -> None:
+    """ValueError when a forward ran the tiled kernel, which keeps no (B, H, Tq, Tk) weights."""
+    if isinstance(att_cache, FlashAttentionCache):
+        raise ValueError("the attention weights were not kept: this forward ran the tiled O(T)-memory "
+                         "kernel (training mode on a long sequence); ask for them with "
+                         "forward(..., need_weights=True) or run the model in eval mode (model.eval())")

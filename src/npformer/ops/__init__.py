@@ -2,7 +2,7 @@
 ``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax; ``flash_attention.py``
 is attention's O(T)-memory tiled twin for training on long sequences."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
-from .attention import attention_backward, attention_forward, causal_mask
+from .attention import attention_backward, attention_forward, attention_weights_grad, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
 from .flash_attention import flash_attention_backward, flash_attention_forward
@@ -14,7 +14,7 @@ from .positional import sinusoidal_positions, sinusoidal_positions_2d
 from .softmax import log_softmax, softmax_backward, softmax_forward
 
 __all__ = [
-    "attention_backward", "attention_forward", "attention_inference", "causal_mask",
+    "attention_backward", "attention_forward", "attention_inference", "attention_weights_grad", "causal_mask",
     "cross_entropy_backward", "cross_entropy_forward",
     "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",

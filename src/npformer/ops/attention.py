@@ -69,14 +69,22 @@ def attention_forward(q, k, v, mask=None, causal=False, bias=None,
     return out, weights, cache
 
 
+def attention_weights_grad(dout: np.ndarray, cache) -> np.ndarray:
+    """d loss / d weights (..., Tq, Tk), the gradient reaching the softmax's output (through the
+    dropout mask, if any). ``attention_backward`` starts from it; explanations read it (Chefer et al. 2021)."""
+    q, k, v, weights, drop, scale = cache
+    dw = np.matmul(dout, np.swapaxes(v, -1, -2))                 # (..., Tq, Tk)
+    if drop is not None:
+        dw *= drop
+    return dw
+
+
 def attention_backward(dout: np.ndarray, cache):
     """Returns (dq, dk, dv) with the shapes of q, k, v."""
     q, k, v, weights, drop, scale = cache
     used = weights if drop is None else weights * drop
     dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
-    dw = np.matmul(dout, np.swapaxes(v, -1, -2))                 # (..., Tq, Tk)
-    if drop is not None:
-        dw *= drop
+    dw = attention_weights_grad(dout, cache)                     # (..., Tq, Tk)
     ds = softmax_backward(dw, weights)                           # (..., Tq, Tk)
     ds *= q.dtype.type(scale)
     dq = np.matmul(ds, k)                                        # (..., Tq, D)

@@ -8,6 +8,7 @@ A run directory holds
     trainer_state.json      step, random-generator states, time and tokens so far (resume is exact)
     metrics.json            the latest held-out metrics
     log.csv, eval.csv       the training and evaluation logs; curves.png, their plot
+    probe_attention.safetensors   a fixed probe input's attention at each evaluation (train/probe.py)
     train.lock              present while a process trains the run (see ``RunLock``)
 
 Every file is written atomically, with ``npformer.files`` (temporary file, fsync, rename; a failed

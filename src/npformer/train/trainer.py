@@ -55,6 +55,7 @@ from .checkpoint import (
 from .clip import clip_by_global_norm
 from .config import RESUMABLE, TrainConfig, TrainingDiverged
 from .optim import Adam, AdamW
+from .probe import record_probe
 from .runlog import (
     CURVES,
     EVAL_LOG,
@@ -157,6 +158,7 @@ class Trainer:
             (out / EVAL_LOG).unlink(missing_ok=True)
             self._write_log_header()
             self.save()                                                  # step 0: a checkpoint exists from the start
+            record_probe(out, task, model, 0)                            # the probe's attention before training
         except BaseException:
             lock.release()
             raise
@@ -369,6 +371,7 @@ class Trainer:
         metrics = self.evaluate(n)
         self.save()                                                      # metrics.json never runs ahead of
         self._record(metrics, final=final, stopped=stopped)              # the checkpoint, even if a save fails
+        record_probe(self.out, self.task, self.model, self.step)        # the explorer's over-training slider
         return metrics
 
     def _finish(self, stopped: str, bar: Progress, log: StepLog) -> None:

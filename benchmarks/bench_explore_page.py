@@ -1,0 +1,145 @@
+"""How fast the explorer page opens and answers in headless chromium, at the issue's scale.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_explore_page.py
+    (options: --rounds 5; --keep DIR keeps the two pages)
+
+Two real pages, built by the payload builder (npformer.explore.payload) and render_html:
+- all-MiniLM-L6-v2 at its maximum length, 256 word pieces (6 layers x 12 heads);
+- a text run trained with 512 positions (the task's default model, block_size 512; two training
+  steps: the numbers, not the quality, matter here) on a 512-character input.
+Each page is opened --rounds times in a fresh tab of Debian's chromium (headless, as the tests run
+it) and these are measured, medians printed:
+- ready: navigation start to the page's first view drawn and its controls live (performance.now()
+  at the end of start-up, which counts from the navigation's start), and the wall time the test
+  driver saw from goto() to that point;
+- its parts: JSON.parse, inflating the compressed q, k, v, the first head view;
+- a layer switch in the head view, the model view (every layer x head computed and drawn), the
+  step view for the last token, measured in the page around a synchronous render.
+The issue's target: each page open and interactive in under 2 s. Exit status 1 if a page logged a
+console error, made a request other than its own file, or a render failed to change the drawing.
+No two sides are compared (there is no other implementation to race), so no parity check.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "explore")]
+
+LONG_TEXT = ("Attention lets every word of a sentence look at every other word, and the explorer shows "
+             "how much each one looks, layer by layer and head by head, with the numbers behind it. ") * 9
+PROSE = ("the quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire and "
+         "the birds sing in the tall green trees near the quiet river. ")
+
+
+def minilm_payload() -> dict:
+    from npformer.explore.payload import open_explorer
+    payload = open_explorer("minilm").payload([{"text": LONG_TEXT}])
+    n = len(payload["inputs"][0]["groups"][0]["query_tokens"])
+    if n != 256:
+        raise SystemExit(f"expected 256 word pieces, got {n}")
+    return payload
+
+
+def text512_payload(folder: Path) -> dict:
+    from npformer.data.tasks import get_task
+    from npformer.explore.payload import open_explorer
+    from npformer.train.trainer import TrainConfig, Trainer
+    book = folder / "book.txt"
+    book.write_text(PROSE * 60, encoding="utf-8")
+    task = get_task("text").create({"block_size": 512}, data_path=str(book))
+    cfg = TrainConfig(steps=2, batch_size=2, schedule="constant", lr=1e-3, eval_every=2, eval_n=4,
+                      final_eval_n=4, seed=0)
+    Trainer.start(task, task.default_model_config(), cfg, folder / "text512").run(progress=False, plot=False)
+    text = (PROSE * 4)[:512]
+    payload = open_explorer(folder / "text512").payload([{"text": text}])
+    n = len(payload["inputs"][0]["groups"][0]["query_tokens"])
+    if n != 512:
+        raise SystemExit(f"expected 512 tokens, got {n}")
+    return payload
+
+
+# measured inside the page: a synchronous render of a view after a state change
+MEASURE = """([view, layer, query]) => {
+  const x = window.npformerExplore, S = x.state;
+  const t0 = performance.now();
+  if (layer !== null) { document.querySelector('#layer-select').value = String(layer);
+                        document.querySelector('#layer-select').dispatchEvent(new Event('change')); }
+  if (query !== null) { document.querySelector('#query-select').value = String(query);
+                        document.querySelector('#query-select').dispatchEvent(new Event('change')); }
+  if (view) document.querySelector(`#tabs button[data-view='${view}']`).click();
+  return performance.now() - t0;
+}"""
+
+
+def measure(ctx, url: str, rounds: int) -> tuple[dict, list[str]]:
+    from page_browser import Opened
+    rows, problems = [], []
+    for _ in range(rounds):
+        o = Opened(ctx.new_page())
+        t = time.perf_counter()
+        o.open(url, timeout_ms=60000)
+        wall = (time.perf_counter() - t) * 1000
+        timing = o.page.evaluate("window.npformerExplore.timing")
+        g = o.page.evaluate("window.npformerExplore.state.payload.inputs[0].groups[0].query_tokens.length")
+        before = o.canvas_hash("#head-canvas")
+        layer_ms = o.page.evaluate(MEASURE, [None, 1, None])
+        if o.canvas_hash("#head-canvas") == before:
+            problems.append("the layer switch did not change the head view")
+        model_ms = o.page.evaluate(MEASURE, ["model", None, None])
+        step_ms = o.page.evaluate(MEASURE, ["step", None, g - 1])
+        rows.append({"ready_ms": timing["ready_ms"], "goto_to_ready_ms": wall, "parse_ms": timing["parse_ms"],
+                     "inflate_ms": timing["inflate_ms"], "first_view_ms": timing["first_view_ms"],
+                     "layer_switch_ms": layer_ms, "model_view_ms": model_ms, "step_view_ms": step_ms})
+        problems += o.errors + [f"request {u}" for u in o.foreign_requests(("file://", "data:"))]
+        o.page.close()
+    return {k: statistics.median(r[k] for r in rows) for k in rows[0]}, problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--keep", metavar="DIR", help="write the two pages here and keep them")
+    args = ap.parse_args()
+    from page_browser import CHROMIUM, browser_context
+
+    from npformer.explore.render import render_html
+    print(f"chromium: {subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.strip()}")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.keep) if args.keep else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        pages = {}
+        for name, build in (("minilm-256", minilm_payload), ("text-512", lambda: text512_payload(Path(tmp)))):
+            t = time.perf_counter()
+            html = render_html(build())
+            path = folder / f"explore_{name}.html"
+            path.write_text(html, encoding="utf-8")
+            pages[name] = path
+            print(f"{name}: payload built and rendered in {time.perf_counter() - t:.1f} s, "
+                  f"{len(html.encode()) / 1e6:.2f} MB")
+        failed = False
+        with browser_context() as ctx:
+            for name, path in pages.items():
+                med, problems = measure(ctx, path.as_uri(), args.rounds)
+                print(f"{name}: medians of {args.rounds} opens (ms): " +
+                      ", ".join(f"{k} {v:.0f}" for k, v in med.items()))
+                verdict = "met" if med["goto_to_ready_ms"] < 2000 else "NOT met"
+                print(f"{name}: open and interactive in {med['goto_to_ready_ms'] / 1000:.2f} s "
+                      f"(target under 2 s: {verdict})")
+                for p in problems:
+                    print(f"{name}: PROBLEM {p}")
+                failed |= bool(problems)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

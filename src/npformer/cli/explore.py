@@ -1,0 +1,82 @@
+"""``npformer explore``: an interactive attention explorer in one self-contained HTML file.
+
+    npformer explore runs/dates "29 November 2026" --out dates.html   # a trained run: dates, text, copy
+    npformer explore minilm "a sentence" ["a second sentence"]       # all-MiniLM-L6-v2, word pieces
+    npformer explore runs/digits 17                                  # a test image, by index
+    npformer explore runs/tabletop --seed 2 --instruction "put the red block in the box"
+    npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
+
+Without --out the file is RUN_DIR/explore.html (./explore.html for minilm); the command prints its
+path. The page makes no network request: its script, style and data are inline. ``--serve`` binds
+127.0.0.1 only (``npformer.explore.serve``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import CLIError
+
+HELP = "an interactive attention explorer (one offline HTML file, or --serve)"
+DESCRIPTION = ("Write every layer's and head's attention, the step-by-step computation with the model's numbers, "
+               "rollout and gradient-weighted relevance for INPUT into one self-contained HTML page.")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("source", metavar="RUN_DIR", help='a run directory written by npformer train, or "minilm"')
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="texts (dates, copy, text, minilm: up to two sentences), or test-image indices (digits)")
+    p.add_argument("--out", metavar="FILE.html", help="where to write the page (default: RUN_DIR/explore.html, "
+                                                      "./explore.html for minilm)")
+    p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene (default 0)")
+    p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
+    p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and rerun the model per input")
+    p.add_argument("--port", type=int, default=8765, metavar="N", help="--serve's port (default 8765)")
+
+
+def run(args) -> int:
+    from ..explore.payload import open_explorer, parse_inputs
+    from ..files import atomic_write_bytes
+
+    if args.serve and args.out:
+        raise CLIError("--serve shows the page in a browser; it takes no --out")
+    if not 0 <= args.port <= 65535:
+        raise CLIError(f"--port must be in 0..65535, got {args.port}")
+    if args.seed is not None and args.seed < 0:
+        raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    minilm = args.source == "minilm"
+    if not minilm and not Path(args.source).is_dir():
+        raise CLIError(f"run directory not found: {args.source}")
+    out = Path(args.out) if args.out else (Path("explore.html") if minilm else Path(args.source) / "explore.html")
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise CLIError(f"--out must name an .html file, got {str(out)!r}")
+    if not args.serve and not out.parent.is_dir():
+        raise CLIError(f"directory does not exist: {out.parent}")
+    ex = open_explorer(args.source)
+    inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction)
+    if args.serve:
+        return _serve(ex, inputs, args.port)
+    from ..explore.render import render_html
+
+    html = render_html(ex.payload(inputs))
+    atomic_write_bytes(out, html.encode("utf-8"))
+    print(out)
+    return 0
+
+
+def _serve(ex, inputs, port: int) -> int:
+    from ..explore.serve import ExploreServer
+
+    try:
+        server = ExploreServer(ex, inputs, port)
+    except OSError as e:
+        if e.errno in (98, 48, 10048):                               # EADDRINUSE (Linux, macOS, Windows)
+            raise CLIError(f"port {port} is in use on 127.0.0.1: choose another with --port") from None
+        raise
+    print(f"serving {server.url} (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        server.server_close()
+    return 0

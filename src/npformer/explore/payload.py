@@ -1,0 +1,541 @@
+"""The explorer's payload (docs/EXPLORE_FORMAT.md) for each kind of model npformer has.
+
+    ex = open_explorer("runs/dates")            # or "minilm"
+    payload = ex.payload([{"text": "29 November 2026"}])
+
+An explorer runs the model once per input in eval mode, reads every attention op's q, k, v and
+weights from the caches (``capture``), computes rollout and, for each chosen output (a target), the
+gradient-weighted relevance with one run of the model's own backward (``relevance``), and the head
+statistics. Arrays go into the JSON compactly (``encode_array``): q, k, v float32 (the page's step
+view recomputes the weights from them, so they stay exact), maps as 8-bit or float16.
+
+Model kinds and what an input is:
+    transformer (dates, copy)   {"text"}: the source; the output is greedy decoding's
+    decoder_lm (text)           {"text"}: the prompt; the target is the next character predicted
+    vit (digits)                {"index"}: a test image; targets the predicted class (and the label)
+    vla (tabletop)              {"seed", "instruction"}: a scene and what to do; targets pick and place
+    minilm                      {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
+Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T tokens.
+"""
+from __future__ import annotations
+
+import base64
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from . import capture as cap
+from . import relevance as rel
+
+VERSION = 1
+MAX_TARGETS = 24                       # an encoder-decoder's output tokens explained, at most
+MAX_CHARS = 2000                       # the longest text input accepted
+WEIGHTS_MAX = 1 << 20                  # store 8-bit weights only when L*H*Tq*Tk is at most this
+COMPRESS_OVER = 1 << 20                # q, k, v of a group over this many bytes together: zlib-shuffle4
+CODEC = "zlib-shuffle4"
+_DTYPES = {"f32": "<f4", "f16": "<f2", "u8": "u1", "i32": "<i4"}
+
+
+# -- arrays in JSON --------------------------------------------------------------------------------
+def encode_array(x, dtype: str, compress: bool = False) -> dict:
+    """{"dtype", "shape", "b64"} of ``x`` as little-endian ``dtype`` ("f32", "f16", "u8", "i32"); "u8" stores
+    maps in [0, 1] as round(x * 255) with "scale": 1/255. ``compress`` (f32 only): the bytes regrouped
+    into 4 planes (byte b of every value together: the exponent bytes are alike) and zlib-compressed,
+    ``"codec": "zlib-shuffle4"``; about 15% smaller for attention's q, k, v, and exact."""
+    x = np.asarray(x)
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
+    out = {"dtype": dtype, "shape": list(x.shape)}
+    if dtype == "u8":
+        x = np.round(np.clip(x, 0.0, 1.0) * 255.0)
+        out["scale"] = 1.0 / 255.0
+    raw = np.ascontiguousarray(x.astype(_DTYPES[dtype])).tobytes()
+    if compress:
+        if dtype != "f32":
+            raise ValueError(f"compress is for f32 arrays, not {dtype}")
+        planes = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 4).T.tobytes()   # (4, n): byte b of each value
+        raw = zlib.compress(planes, 6)
+        out["codec"] = CODEC
+    out["b64"] = base64.b64encode(raw).decode("ascii")
+    return out
+
+
+def decode_array(d: dict) -> np.ndarray:
+    """The inverse of ``encode_array`` (u8 scaled back to [0, 1]); tests and --serve clients use it."""
+    raw = base64.b64decode(d["b64"])
+    if d.get("codec") == CODEC:
+        raw = np.frombuffer(zlib.decompress(raw), dtype=np.uint8).reshape(4, -1).T.tobytes()
+    elif d.get("codec") is not None:
+        raise ValueError(f"unknown array codec {d['codec']!r}")
+    x = np.frombuffer(raw, dtype=_DTYPES[d["dtype"]]).reshape(d["shape"])
+    return x * d["scale"] if "scale" in d else x
+
+
+def _mask_array(mask: np.ndarray) -> dict:
+    """A boolean mask as "u8" 0/1 (1 = may attend), no scale."""
+    m = np.ascontiguousarray(mask, dtype=np.uint8)
+    return {"dtype": "u8", "shape": list(m.shape), "b64": base64.b64encode(m.tobytes()).decode("ascii")}
+
+
+def _map_array(x: np.ndarray) -> dict:
+    """A relevance or rollout map: float16 when it fits (it nearly always does), else float32."""
+    x = np.asarray(x, dtype=np.float64)
+    return encode_array(x, "f16" if np.abs(x).max(initial=0.0) < 6e4 else "f32")
+
+
+# -- statistics ------------------------------------------------------------------------------------
+def head_stats(weights: np.ndarray, mask: np.ndarray | None) -> dict:
+    """weights (L, H, Tq, Tk) -> per layer and head, averaged over the query rows that may read something:
+    entropy (nats), mean attended distance sum_j w_ij |i - j| (token positions), weight on key 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    tq, tk = w.shape[-2:]
+    rows = np.ones(tq, dtype=bool) if mask is None else mask.any(axis=-1)     # (Tq,)
+    logw = np.log(np.where(w > 0, w, 1.0))
+    entropy = -(w * logw).sum(-1)[..., rows].mean(-1)                          # (L, H)
+    dist = np.abs(np.arange(tq)[:, None] - np.arange(tk)[None, :])             # (Tq, Tk)
+    distance = (w * dist).sum(-1)[..., rows].mean(-1)                           # (L, H)
+    first = w[..., 0][..., rows].mean(-1)                                       # (L, H)
+    return {name: np.round(v, 5).tolist() for name, v in
+            (("entropy", entropy), ("distance", distance), ("first", first))}
+
+
+# -- one group -------------------------------------------------------------------------------------
+def group_json(name: str, g: cap.GroupParts, query_tokens, key_tokens, query_kinds, key_kinds,
+               relevance: dict[str, np.ndarray] | None) -> dict:
+    n_layers, n_heads, tq, d = g.q.shape
+    tk = g.k.shape[2]
+    if (len(query_tokens), len(key_tokens)) != (tq, tk):
+        raise ValueError(f"{name}: {len(query_tokens)} query and {len(key_tokens)} key labels for "
+                         f"(Tq, Tk) = ({tq}, {tk})")
+    small = n_layers * n_heads * tq * tk <= WEIGHTS_MAX
+    big = (g.q.size + g.k.size + g.v.size) * 4 > COMPRESS_OVER
+    return {
+        "name": name, "n_layers": n_layers, "n_heads": n_heads, "head_dim": d,
+        "query_tokens": list(query_tokens), "key_tokens": list(key_tokens),
+        "token_kinds": {"query": list(query_kinds), "key": list(key_kinds)},
+        "q": encode_array(g.q, "f32", big), "k": encode_array(g.k, "f32", big), "v": encode_array(g.v, "f32", big),
+        "scale": g.scale,
+        "mask": None if g.mask is None else _mask_array(g.mask),
+        "bias": None,
+        "weights": encode_array(g.weights, "u8") if small else None,
+        "rollout": encode_array(rel.rollout(g.weights), "u8") if g.self_attention else None,
+        "relevance": None if relevance is None else {t: _map_array(r) for t, r in relevance.items()},
+        "stats": head_stats(g.weights, g.mask),
+    }
+
+
+def _target(name: str, group: str, query: int | None, detail: str) -> dict:
+    return {"name": name, "group": group, "query": query, "detail": detail}
+
+
+def _one_hot(shape, index) -> np.ndarray:
+    d = np.zeros(shape, dtype=np.float32)
+    d[index] = 1.0
+    return d
+
+
+# -- explorers -------------------------------------------------------------------------------------
+class Explorer:
+    """Runs one model for the page. Subclasses set ``kind``/``fields`` and write ``explain``."""
+
+    kind = ""
+    fields: list[dict] = []            # what one input needs (docs/EXPLORE_FORMAT.md, "Serve")
+    max_inputs = 4
+
+    def __init__(self, title: str, model_info: dict, training: dict | None = None) -> None:
+        self.title, self.model_info, self.training = title, model_info, training
+
+    def explain(self, inp: dict) -> dict:
+        raise NotImplementedError
+
+    def default_inputs(self) -> list[dict]:
+        raise NotImplementedError
+
+    def payload(self, inputs: list[dict]) -> dict:
+        if not inputs:
+            raise ValueError("no input: give at least one")
+        if len(inputs) > self.max_inputs:
+            raise ValueError(f"at most {self.max_inputs} inputs at once, got {len(inputs)}")
+        notes = ["q, k and v are stored as float32 (the step view recomputes the weights from them), "
+                 "zlib-compressed byte planes when large;",
+                 "weights as 8-bit (round(w*255)) when small, else computed by the page; rollout as 8-bit, "
+                 "relevance as float16.",
+                 "Relevance: Chefer, Gur & Wolf 2021, gradients from npformer's own backward; "
+                 "rollout: Abnar & Zuidema 2020 with the residual as 0.5 I."]
+        return {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
+                "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+
+
+def _model_info(c) -> dict:
+    d_model, n_heads = int(c.d_model), int(c.n_heads)
+    return {"d_model": d_model, "n_heads": n_heads, "head_dim": d_model // n_heads,
+            "norm": "pre" if c.norm_first else "post"}
+
+
+def _char_labels(vocab, ids) -> list[str]:
+    names = {vocab.pad_id: "<pad>", vocab.bos_id: "<bos>", vocab.eos_id: "<eos>", vocab.unk_id: "<unk>"}
+    return [names.get(int(i)) or vocab.decode([int(i)], stop_at_eos=False) for i in ids]
+
+
+def _char_kinds(labels) -> list[str]:
+    return ["pad" if t == "<pad>" else "special" if t.startswith("<") and t.endswith(">") and len(t) > 1
+            else "word" for t in labels]
+
+
+def _check_text(text) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("empty input: give a non-empty text")
+    if len(text) > MAX_CHARS:
+        raise ValueError(f"input of {len(text)} characters is longer than the explorer's limit of {MAX_CHARS}")
+    return text
+
+
+class RunExplorer(Explorer):
+    """A trained run directory."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self.kind = run.config["task"]
+        super().__init__(f"{run.config['task']} run ({run.path}), step {run.step}", _model_info(run.model.config),
+                         None)
+        self.training = self._training()
+
+    def _training(self) -> dict | None:
+        from ..train.probe import read_probe
+
+        probe = read_probe(self.run.path)
+        if probe is None:
+            return None
+        q, k = self.probe_labels(probe["inputs"], probe["group"])
+        if probe["weights"].shape[-2:] != (len(q), len(k)):
+            return None                                              # a probe of another shape: not shown
+        return {"steps": probe["steps"].tolist(), "group": probe["group"], "query_tokens": q, "key_tokens": k,
+                "weights": {"dtype": "u8", "shape": list(probe["weights"].shape), "scale": 1.0 / 255.0,
+                            "b64": base64.b64encode(np.ascontiguousarray(probe["weights"]).tobytes()).decode()}}
+
+    def probe_labels(self, inputs, group) -> tuple[list[str], list[str]]:
+        raise NotImplementedError
+
+
+class Seq2SeqExplorer(RunExplorer):
+    """An encoder-decoder run (dates, copy): translate greedily, then look at the forward over the
+    source and what the decoder read."""
+
+    fields = [{"name": "text", "label": "source text", "kind": "text", "default": ""}]
+
+    def default_inputs(self) -> list[dict]:
+        task = self.run.task
+        if self.kind == "dates":
+            return [{"text": "29 November 2026"}]
+        return [{"text": "".join(task.vocab.chars[:max(1, min(5, task.max_source_len))])}]
+
+    def explain(self, inp: dict) -> dict:
+        from ..decode import greedy
+
+        task, model = self.run.task, self.run.model
+        text = _check_text(inp.get("text"))
+        vocab = task.vocab
+        src = task.encode_source(text)[None]                                  # (1, S)
+        bos = np.full((1, 1), vocab.bos_id, dtype=np.int64)
+        max_new = min(task.max_target_len, model.config.max_len)
+        out = greedy(model, bos, max_new, src_ids=src, eos_id=vocab.eos_id)[0]  # (N,)
+        tgt_in = np.concatenate([[vocab.bos_id], out[:-1]])[None]            # (1, N): what the decoder read
+        logits, cache = model.forward(src, tgt_in)                           # (1, N, V)
+        n = tgt_in.shape[1]
+        groups = cap.capture("transformer", cache, {"encoder self": None, "decoder self": cap.causal(n),
+                                                    "decoder cross": None})
+        src_lab, read, wrote = _char_labels(vocab, src[0]), _char_labels(vocab, tgt_in[0]), _char_labels(vocab, out)
+        targets, relevance = [], {name: {} for name in groups}
+        c = model.config
+        for t in range(min(n, MAX_TARGETS)):
+            name = f"output {t + 1}: {wrote[t]}"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, t, int(out[t]))), cache)
+            r = _seq2seq_relevance(groups, grads, c)
+            for g in groups:
+                relevance[g][name] = r[g]
+            targets.append(_target(name, "decoder cross", t, f"logit of {wrote[t]!r} at output position {t + 1}"))
+        jsons = [group_json("encoder self", groups["encoder self"], src_lab, src_lab, _char_kinds(src_lab),
+                            _char_kinds(src_lab), relevance["encoder self"]),
+                 group_json("decoder self", groups["decoder self"], read, read, _char_kinds(read), _char_kinds(read),
+                            relevance["decoder self"]),
+                 group_json("decoder cross", groups["decoder cross"], wrote, src_lab, _char_kinds(wrote),
+                            _char_kinds(src_lab), relevance["decoder cross"])]
+        return {"label": text, "output": task.decode_target(out), "targets": targets, "groups": jsons,
+                "image": None, "meta": {"output tokens": int(n)}}
+
+    def probe_labels(self, inputs, group):
+        vocab = self.run.task.vocab
+        src, tgt_in = inputs
+        read = _char_labels(vocab, tgt_in[0])
+        wrote = read[1:] + ["<eos>"]                       # teacher forcing: it writes tgt_in shifted, then <eos>
+        return wrote, _char_labels(vocab, src[0])
+
+
+def _seq2seq_relevance(groups: dict, grads: dict, c) -> dict:
+    """Chefer et al.'s encoder-decoder rules over a Transformer's three attention groups."""
+    if c.n_encoder_layers:
+        enc_w, enc_g = groups["encoder self"].weights, rel.stacked(grads, "encoder", c.n_encoder_layers)
+    else:
+        s = groups["decoder cross"].weights.shape[-1]
+        enc_w = enc_g = np.zeros((0, 1, s, s))
+    return rel.encoder_decoder_relevance(enc_w, enc_g,
+                                         groups["decoder self"].weights,
+                                         rel.stacked(grads, "decoder", c.n_decoder_layers),
+                                         groups["decoder cross"].weights,
+                                         rel.stacked(grads, "decoder", c.n_decoder_layers, "multihead_attn"))
+
+
+class LMExplorer(RunExplorer):
+    """A language-model run (text): causal self-attention over the prompt; the target is the next character."""
+
+    fields = [{"name": "text", "label": "prompt", "kind": "text", "default": ""}]
+
+    def default_inputs(self) -> list[dict]:
+        return [{"text": "".join(self.run.task.vocab.chars[:8])}]
+
+    def explain(self, inp: dict) -> dict:
+        task, model = self.run.task, self.run.model
+        text = _check_text(inp.get("text"))
+        ids = task.encode_source(text)                                        # (T,)
+        if len(ids) > model.config.max_len:
+            raise ValueError(f"input has {len(ids)} characters, more than the model's context of "
+                             f"{model.config.max_len}")
+        logits, cache = model.forward(ids[None])                              # (1, T, V)
+        t = len(ids)
+        groups = cap.capture("decoder_lm", cache, {"self": cap.causal(t)})
+        nxt = int(logits[0, -1].argmax())
+        lab = _char_labels(task.vocab, ids)
+        nxt_lab = _char_labels(task.vocab, [nxt])[0]
+        grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, t - 1, nxt)), cache)
+        name = f"next: {nxt_lab}"
+        r = rel.self_relevance(groups["self"].weights, rel.stacked(grads, "blocks", model.config.n_layers))
+        kinds = _char_kinds(lab)
+        return {"label": text, "output": nxt_lab, "meta": {"tokens": t},
+                "targets": [_target(name, "self", t - 1,
+                                    f"logit of the next character {nxt_lab!r} at the last position")],
+                "groups": [group_json("self", groups["self"], lab, lab, kinds, kinds, {name: r})], "image": None}
+
+    def probe_labels(self, inputs, group):
+        lab = _char_labels(self.run.task.vocab, inputs[0][0])
+        return lab, lab
+
+
+def _patch_labels(grid: int) -> list[str]:
+    return [f"p({r},{c})" for r in range(grid) for c in range(grid)]
+
+
+def _image_json(image: np.ndarray, patch: int, offset: int) -> dict:
+    img = np.asarray(image, dtype=np.float64)
+    if img.shape[-1] == 1:
+        img = np.repeat(img, 3, axis=-1)                                      # grey -> RGB
+    grid = img.shape[0] // patch
+    rgb = np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)                # (H, W, 3), bytes as they are
+    return {"rgb": {"dtype": "u8", "shape": list(rgb.shape), "b64": base64.b64encode(rgb.tobytes()).decode("ascii")},
+            "patch": int(patch), "grid": [grid, grid], "patch_token_offset": int(offset)}
+
+
+class ViTExplorer(RunExplorer):
+    """A digits run (ViT): a test image by index; targets the predicted class and, if other, the label."""
+
+    fields = [{"name": "index", "label": "test image (index)", "kind": "int", "default": 0}]
+
+    def default_inputs(self) -> list[dict]:
+        return [{"index": 0}]
+
+    def _tokens(self) -> tuple[list[str], list[str], int]:
+        c = self.run.model.config
+        cls = c.pool == "cls"
+        patches = _patch_labels(c.image_size // c.patch_size)
+        return (["[CLS]"] if cls else []) + patches, (["special"] if cls else []) + ["patch"] * len(patches), int(cls)
+
+    def explain(self, inp: dict) -> dict:
+        task, model = self.run.task, self.run.model
+        n = len(task.x_test)
+        try:
+            i = int(inp.get("index"))
+        except (TypeError, ValueError):
+            raise ValueError(f"a digits input is a test-image index 0..{n - 1}, got {inp.get('index')!r}") from None
+        if not 0 <= i < n:
+            raise ValueError(f"test-image index must be in 0..{n - 1}, got {i}")
+        x = task.x_test[i:i + 1].astype(model.dtype)                          # (1, 8, 8, 1)
+        logits, cache = model.forward(x)                                      # (1, K)
+        pred, label = int(logits[0].argmax()), int(task.y_test[i])
+        groups = cap.capture("vit", cache, {"self": None})
+        tokens, kinds, offset = self._tokens()
+        query = 0 if offset else None
+        relevance, targets = {}, []
+        for cls_id, what in [(pred, "predicted")] + ([(label, "label")] if label != pred else []):
+            name = f"class {cls_id} ({what})"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, cls_id)), cache)
+            relevance[name] = rel.self_relevance(groups["self"].weights,
+                                                 rel.stacked(grads, "encoder", model.config.n_layers))
+            targets.append(_target(name, "self", query, f"logit of class {cls_id}"))
+        return {"label": f"test image {i}", "output": f"class {pred} (label {label})",
+                "meta": {"label": label, "predicted": pred}, "targets": targets,
+                "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
+                "image": _image_json(task.x_test[i], model.config.patch_size, offset)}
+
+    def probe_labels(self, inputs, group):
+        tokens = self._tokens()[0]
+        return tokens, tokens
+
+
+class VLAExplorer(RunExplorer):
+    """A tabletop run (VLA): a scene by seed and an instruction; targets the pick and place actions."""
+
+    fields = [{"name": "instruction", "label": "instruction", "kind": "text", "default": ""},
+              {"name": "seed", "label": "scene seed", "kind": "int", "default": 0}]
+    max_inputs = 2
+
+    def default_inputs(self) -> list[dict]:
+        return [{"seed": 0}]
+
+    def _tokens(self, words: list[str], n_slots: int) -> tuple[list[str], list[str]]:
+        c = self.run.model.config
+        patches = _patch_labels(c.image_size // c.patch_size)
+        pads = n_slots - len(words)
+        return (["PICK", "PLACE"] + list(words) + ["<pad>"] * pads + patches,
+                ["action"] * 2 + ["word"] * len(words) + ["pad"] * pads + ["patch"] * len(patches))
+
+    def explain(self, inp: dict) -> dict:
+        from ..data.tabletop import model_words, reader_for
+        from ..data.tabletop_policy import act, scene_for_seed
+
+        model = self.run.model
+        try:
+            seed = int(inp.get("seed", 0))
+        except (TypeError, ValueError):
+            raise ValueError(f"seed must be an integer >= 0, got {inp.get('seed')!r}") from None
+        scene, made_up = scene_for_seed(seed)
+        instruction = inp.get("instruction") or made_up
+        _check_text(instruction)
+        res = act(model, scene, instruction)                  # checks the instruction against the scene
+        words = model_words(reader_for(model), model, [instruction])        # (1, L) or (1, L, S)
+        logits, cache = model.forward(words, scene.image[None].astype(model.dtype))  # (1, 2, N)
+        lay = model.layout(words.shape[1])
+        keep = np.ones(lay["patches"].stop, dtype=bool)                      # (T,) padded words are no keys
+        keep[lay["words"]] = model.word_mask(words)[0]
+        groups = cap.capture("vla", cache, {"self": np.broadcast_to(keep, (len(keep), len(keep)))})
+        tokens, kinds = self._tokens(res["words"], words.shape[1])
+        relevance, targets = {}, []
+        for a, name in enumerate(("pick", "place")):
+            cell = res[name]
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, a, cell)), cache)
+            relevance[name] = rel.self_relevance(groups["self"].weights,
+                                                 rel.stacked(grads, "encoder", model.config.n_layers))
+            targets.append(_target(name, "self", a, f"logit of the predicted {name} cell {cell}"))
+        meta = {k: res[k] for k in ("pick", "place", "true_pick", "true_place")}
+        meta.update(seed=seed, p_pick=round(res["p_pick"], 4), p_place=round(res["p_place"], 4))
+        return {"label": f"scene {seed}: {instruction}",
+                "output": f"pick cell {res['pick']}, place cell {res['place']}",
+                "meta": meta, "targets": targets,
+                "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
+                "image": _image_json(scene.image, model.config.patch_size, lay["patches"].start)}
+
+    def probe_labels(self, inputs, group):
+        from ..data.tabletop import VOCAB
+
+        words = inputs[0][0]
+        if words.ndim == 1:                                                  # word ids
+            names = [VOCAB[int(i)] for i in words if int(i) != 0]
+        else:                                                                # MiniLM states: no words kept
+            names = [f"w{j}" for j in range(int((words != 0).any(-1).sum()))]
+        tokens, _ = self._tokens(names, len(words))
+        return tokens, tokens
+
+
+class MiniLMExplorer(Explorer):
+    """all-MiniLM-L6-v2 (``npformer.pretrained``): one or two sentences, word pieces; targets [CLS] and the
+    mean-pooled embedding (the sentence embedding before its L2 norm)."""
+
+    kind = "minilm"
+    fields = [{"name": "text", "label": "sentence", "kind": "text", "default": ""}]
+    max_inputs = 2
+
+    def __init__(self, model_dir=None) -> None:
+        from ..pretrained import SentenceEncoder
+
+        self.encoder = SentenceEncoder.load(model_dir)
+        c = self.encoder.model.config
+        info = {"d_model": c.hidden_size, "n_heads": c.num_attention_heads,
+                "head_dim": c.hidden_size // c.num_attention_heads, "norm": "post"}
+        super().__init__(f"{Path(self.encoder.path).name if model_dir else 'all-MiniLM-L6-v2'}", info)
+
+    def default_inputs(self) -> list[dict]:
+        return [{"text": "A man is playing a guitar."}, {"text": "Someone plays an instrument."}]
+
+    def embed(self, text: str):
+        """(ids (T,), word pieces, hidden states (1, T, E), cache)."""
+        tok = self.encoder.tokenizer
+        ids = tok.encode([text])[0]                                           # (T,)
+        h, cache = self.encoder.model.forward(ids[None])                      # (1, T, E)
+        return ids, tok.tokens([text])[0], h, cache
+
+    def payload(self, inputs: list[dict]) -> dict:
+        out = super().payload(inputs)
+        if len(out["inputs"]) == 2:                                           # the two sentences' similarity
+            a, b = (np.array(i["meta"].pop("_embedding")) for i in out["inputs"])
+            cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+            for i in out["inputs"]:
+                i["meta"]["cosine similarity"] = round(cos, 4)
+        for i in out["inputs"]:
+            i["meta"].pop("_embedding", None)
+        return out
+
+    def explain(self, inp: dict) -> dict:
+        text = _check_text(inp.get("text"))
+        model = self.encoder.model
+        ids, pieces, h, cache = self.embed(text)
+        t = len(ids)
+        groups = cap.capture("bert", cache, {"self": None})
+        cls, mean = h[0, 0].astype(np.float64), h[0].mean(axis=0).astype(np.float64)  # (E,)
+        d_cls = np.zeros_like(h)
+        d_cls[0, 0] = cls / np.linalg.norm(cls)                               # d |h_cls| / d h
+        d_mean = np.broadcast_to((mean / np.linalg.norm(mean) / t).astype(h.dtype), h.shape).copy()  # d |mean| / d h
+        relevance, targets = {}, []
+        for name, dh, query, detail in (("[CLS]", d_cls, 0, "length of the [CLS] output vector"),
+                                        ("mean pooled", d_mean, None, "length of the mean-pooled embedding")):
+            grads = rel.attention_grads(model.encoder, model.encoder.backward, dh, cache[1])
+            relevance[name] = rel.self_relevance(groups["self"].weights,
+                                                 rel.stacked(grads, "", model.config.num_hidden_layers))
+            targets.append(_target(name, "self", query, detail))
+        kinds = ["special" if p in ("[CLS]", "[SEP]") else "word" for p in pieces]
+        return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
+                "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets,
+                "groups": [group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)],
+                "image": None}
+
+
+# -- opening a source ------------------------------------------------------------------------------
+EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+
+
+def open_explorer(source) -> Explorer:
+    """"minilm" (all-MiniLM-L6-v2) or a run directory written by ``npformer train``."""
+    from ..train.checkpoint import load_run
+
+    if str(source) == "minilm":
+        return MiniLMExplorer()
+    run = load_run(source)
+    kind = run.config["model_kind"]
+    if kind not in EXPLORERS:
+        raise ValueError(f"no explorer for the {run.config['task']!r} task ({kind} model); "
+                         f"known model kinds: {', '.join(EXPLORERS)}")
+    return EXPLORERS[kind](run)
+
+
+def parse_inputs(ex: Explorer, inputs: list[str], seed: int | None = None,
+                 instruction: str | None = None) -> list[dict]:
+    """The command line's INPUT... (and --seed/--instruction for tabletop) as input dicts; the explorer's
+    default input when none is given."""
+    if isinstance(ex, VLAExplorer):
+        if inputs:
+            raise ValueError("a tabletop run takes --seed S and --instruction TEXT, not positional inputs")
+        return [{"seed": 0 if seed is None else seed, "instruction": instruction}]
+    if seed is not None or instruction is not None:
+        raise ValueError("--seed and --instruction are for a tabletop run")
+    if not inputs:
+        return ex.default_inputs()
+    name = ex.fields[0]["name"]
+    return [{name: s} for s in inputs]

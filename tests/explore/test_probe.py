@@ -1,0 +1,47 @@
+"""Training saves a fixed probe input's attention at step 0 and each evaluation; the explorer reads it into
+the payload's "training"; a run without the file has none."""
+import numpy as np
+from explore_runs import explore_runs  # noqa: F401 (a fixture)
+
+from npformer.explore.payload import decode_array, open_explorer
+from npformer.train.checkpoint import load_run
+from npformer.train.probe import PROBE, probe_weights, read_probe, record_probe
+
+
+def test_probe_rows_are_the_models_attention_at_each_step(explore_runs, tmp_path):  # noqa: F811
+    for kind, group in (("dates", "decoder cross"), ("text", "self"), ("digits", "self"), ("tabletop", "self")):
+        probe = read_probe(explore_runs[kind])
+        assert probe["group"] == group and probe["steps"].tolist() == [0, 2, 4]
+        assert probe["weights"].dtype == np.uint8
+        run = load_run(explore_runs[kind])                              # the final weights: step 4
+        _, w = probe_weights(run.task, run.model, probe["inputs"])
+        np.testing.assert_allclose(probe["weights"][-1] / 255.0, w, atol=0.5 / 255 + 1e-6, err_msg=kind)
+        assert not np.array_equal(probe["weights"][0], probe["weights"][-1]), kind   # training changed it
+
+
+def test_payload_carries_the_probe_and_a_run_without_it_has_none(explore_runs, tmp_path):  # noqa: F811
+    payload = open_explorer(explore_runs["dates"]).payload([{"text": "1 May 2001"}])
+    t = payload["training"]
+    w = decode_array(t["weights"])
+    assert t["group"] == "decoder cross" and t["steps"] == [0, 2, 4]
+    assert w.shape[0] == 3 and w.shape[-2:] == (len(t["query_tokens"]), len(t["key_tokens"]))
+    import shutil
+    bare = tmp_path / "bare"
+    shutil.copytree(explore_runs["digits"], bare)
+    (bare / PROBE).unlink()
+    assert open_explorer(bare).payload([{"index": 1}])["training"] is None
+
+
+def test_recording_again_replaces_later_rows(explore_runs, tmp_path):  # noqa: F811
+    """A resumed run records its steps again: rows at or after the step are dropped, the inputs kept."""
+    import shutil
+    d = tmp_path / "resumed"
+    shutil.copytree(explore_runs["digits"], d)
+    run = load_run(d)
+    before = read_probe(d)
+    record_probe(d, run.task, run.model, 2)
+    after = read_probe(d)
+    assert after["steps"].tolist() == [0, 2]
+    np.testing.assert_array_equal(after["weights"][0], before["weights"][0])
+    for a, b in zip(after["inputs"], before["inputs"], strict=True):
+        np.testing.assert_array_equal(a, b)
