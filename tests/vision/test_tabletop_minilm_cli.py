@@ -103,3 +103,34 @@ def test_bad_uses_of_the_options(runs, capsys, tmp_path):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_a_scratch_run_saved_before_unk_still_loads_and_evaluates(runs, capsys):
+    """An older scratch run: its word table has no [UNK] row (every other word at the same id). eval
+    --instructions reads its unknown words as padding and says so; act refuses them as before."""
+    import shutil
+
+    from npformer.data import tabletop as tt
+    from npformer.train.checkpoint import read_safetensors, safetensors_bytes
+
+    old = runs / "scratch_before_unk"
+    shutil.copytree(runs / "scratch", old)
+    cfg = json.loads((old / "config.json").read_text())
+    assert cfg["model"]["vocab_size"] == len(tt.VOCAB)
+    cfg["model"]["vocab_size"] = tt.UNK_ID
+    (old / "config.json").write_text(json.dumps(cfg))
+    tensors, meta = read_safetensors(old / "model.safetensors")
+    tensors["word_embed.tok.weight"] = tensors["word_embed.tok.weight"][:tt.UNK_ID]
+    (old / "model.safetensors").write_bytes(safetensors_bytes(tensors, meta))
+    out = {}
+    for name in ("scratch", "scratch_before_unk"):
+        capsys.readouterr()
+        assert main(["eval", str(runs / name), "--instructions", str(runs / "lines.tsv"), "--n", "12"]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    assert out["scratch"]["unknown_as"] == "[UNK]" and out["scratch_before_unk"]["unknown_as"].startswith("padding")
+    assert out["scratch_before_unk"]["unknown_words"] == 2
+    # the line with no unknown word reads the same ids in both, so it scores the same
+    assert out["scratch"]["lines"][1] == out["scratch_before_unk"]["lines"][1]
+    assert main(["eval", str(old), "--n", "10"]) == 0
+    assert main(["act", str(old), "--instruction", "put the red brick in the box"]) == 2
+    assert "unknown word 'brick'" in capsys.readouterr().err

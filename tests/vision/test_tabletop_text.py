@@ -12,16 +12,24 @@ from npformer.models.vla import VLA
 from oracles import minilm_dir
 
 
-def test_scratch_reader_refuses_or_hides_unknown_words():
+def test_scratch_reader_refuses_unknown_words_or_reads_them_as_unk():
     r = tt.text_reader("scratch")
     assert r is tt.text_reader("scratch") and r.text_dim == 0      # one per process
     text = "put the red block in the box"
     np.testing.assert_array_equal(r.inputs([text]), tt.encode(text)[None])
-    with pytest.raises(ValueError, match="unknown word 'crate'"):
+    with pytest.raises(ValueError, match="unknown word 'crate'") as e:
         r.inputs(["put the red block in the crate"])
-    ids = r.inputs(["lift the red brick into the crate"], unknown_ok=True)[0]   # unknown -> the padding id
-    the, red, into = (tt.WORD_TO_ID[w] for w in ("the", "red", "into"))
+    assert "[UNK]" not in str(e.value) and "yellow" in str(e.value)    # the known words, [UNK] not among them
+    assert tt.VOCAB[0] == tt.PAD and tt.VOCAB[-1] == tt.UNK == "[UNK]" and tt.UNK_ID == len(tt.VOCAB) - 1
+    assert tt.UNK not in tt.training_words() and set(tt.VOCAB[1:-1]) == tt.training_words()
+    the, red, into, unk = (tt.WORD_TO_ID[w] for w in ("the", "red", "into", "[UNK]"))
+    ids = r.inputs(["lift the red brick into the crate"], unknown_ok=True)[0]   # unknown -> [UNK]
+    assert list(ids[:7]) == [unk, the, red, unk, into, the, unk] and not ids[7:].any()
+    ids = r.inputs(["lift the red brick into the crate"], unknown_ok=True, unk_id=0)[0]   # a run without [UNK]
     assert list(ids[:7]) == [0, the, red, 0, into, the, 0]
+    with pytest.raises(ValueError, match="unk_id must be"):
+        r.inputs([text], unknown_ok=True, unk_id=3)
+    assert tt.tokenize("put the [UNK] in the box") == ["put", "the", "unk", "in", "the", "box"]  # never typed in
     assert r.unknown("lift the red brick into the crate") == ["lift", "brick", "crate"]
     with pytest.raises(ValueError, match="at most 16"):
         r.inputs([" ".join(["red"] * 17)], unknown_ok=True)
@@ -73,7 +81,7 @@ def test_minilm_states_are_minilms_own_computed_once_per_text(minilm):
 def test_minilm_task_config_batches_and_model(minilm):
     task = tt.TabletopTask(tt.TabletopTask.settings_with({"text_encoder": "minilm"}))
     cfg = task.model_config()
-    assert cfg.text_dim == 384 and cfg.max_words == tt.MINILM_MAX_PIECES
+    assert cfg.text_dim == 384 and cfg.max_words == tt.MINILM_MAX_PIECES and cfg.text_dropout == 0.3
     assert task.default_train_config()["blas_threads"] == 1
     scratch = tt.TabletopTask()
     b_m = task.train_batch(np.random.default_rng(0), 8)
@@ -86,10 +94,10 @@ def test_minilm_task_config_batches_and_model(minilm):
     assert b_m.n_tokens == b_s.n_tokens + 2 * 8                    # + [CLS] and [SEP]
     model = task.build_model(cfg, np.random.default_rng(0))
     assert "text_proj.weight" in model.state_dict() and model.state_dict()["text_proj.weight"].shape == (64, 384)
-    loss, grads = model.loss(*b_m.arrays)
+    loss, grads = model.loss(*b_m.arrays, rng=np.random.default_rng(1))    # text_dropout draws masks
     assert np.isfinite(loss) and set(grads) == set(model.state_dict())
     with pytest.raises(ValueError, match="text_dim 0"):
-        task.build_model(dataclasses.replace(cfg, text_dim=0), np.random.default_rng(0))
+        task.build_model(dataclasses.replace(cfg, text_dim=0, text_dropout=0.0), np.random.default_rng(0))
     with pytest.raises(ValueError, match="text_dim 384"):
         scratch.build_model(cfg, np.random.default_rng(0))
     with pytest.raises(ValueError, match="text_encoder must be one of"):
@@ -101,7 +109,7 @@ def test_scratch_config_is_todays():
     config.json without the new fields still loads."""
     task = tt.TabletopTask()
     cfg = task.model_config()
-    assert cfg.text_dim == 0 and cfg.max_words == 16 and cfg.vocab_size == len(tt.VOCAB)
+    assert cfg.text_dim == 0 and cfg.max_words == 16 and cfg.vocab_size == len(tt.VOCAB) and cfg.text_dropout == 0
     assert "blas_threads" not in task.default_train_config()
     model = task.build_model(cfg, np.random.default_rng(0))
     assert not any(k.startswith("text_") for k in model.state_dict())
@@ -109,6 +117,47 @@ def test_scratch_config_is_todays():
     old = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "text_dim"}
     assert tt.TabletopTask.from_dict({"eval_size": 10}).settings.text_encoder == "scratch"
     assert isinstance(task.build_model(old, np.random.default_rng(0)), VLA)
+
+
+def test_the_unk_row_starts_at_zero_and_training_never_moves_it():
+    """No training instruction holds an unknown word: the [UNK] row gets no gradient, so it stays the zero
+    it starts at (AdamW's decay and moments move nothing without one); every other row does train."""
+    from npformer.train.optim import AdamW
+    task = tt.TabletopTask()
+    model = task.build_model(task.model_config({"d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 1}),
+                             np.random.default_rng(0))
+    table = model.word_embed.tok.params["weight"]                   # (V, E)
+    assert tt.unknown_id(model) == tt.UNK_ID and not table[tt.UNK_ID].any() and table[1:tt.UNK_ID].all(-1).all()
+    before = table.copy()
+    opt = AdamW(model.state_dict(), lr=1e-2, weight_decay=0.1)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        loss, grads = task.loss(model, task.train_batch(rng, 16), rng)
+        assert not grads["word_embed.tok.weight"][tt.UNK_ID].any()
+        opt.step(grads)
+    assert not table[tt.UNK_ID].any() and (table[tt.WORD_TO_ID["red"]] != before[tt.WORD_TO_ID["red"]]).all()
+
+
+def test_a_run_saved_before_unk_reads_unknown_words_as_padding():
+    """A word table of UNK_ID rows (every word but [UNK], each at the same id as now) is an older run's:
+    it loads, and an unknown word becomes padding there; any other size is an error naming both."""
+    from npformer.data.tabletop_policy import evaluate_instructions
+    task = tt.TabletopTask()
+    small = {"d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 1}
+    old = task.build_model(task.model_config({**small, "vocab_size": tt.UNK_ID}), np.random.default_rng(0))
+    assert tt.unknown_id(old) == 0
+    r = tt.text_reader("scratch")
+    ids = tt.model_words(r, old, ["put the red brick in the crate"], unknown_ok=True)
+    assert (ids[0, [3, 6]] == 0).all() and ids.max() < tt.UNK_ID
+    lines = [(1, "put the red brick in the crate", "red", "box")]
+    res = evaluate_instructions(old, lines, n=4)
+    assert res["unknown_as"].startswith("padding") and res["lines"][0]["unknown_words"] == ["brick", "crate"]
+    new = task.build_model(task.model_config(small), np.random.default_rng(0))
+    assert evaluate_instructions(new, lines, n=4)["unknown_as"] == "[UNK]"
+    assert tt.model_words(r, new, ["put the red brick in the crate"], unknown_ok=True)[0, 3] == tt.UNK_ID
+    odd = task.build_model(task.model_config({**small, "vocab_size": 5}), np.random.default_rng(0))
+    with pytest.raises(ValueError, match=f"word table has 5 rows; the tabletop vocabulary has {len(tt.VOCAB)}"):
+        tt.unknown_id(odd)
 
 
 # -- instruction files ------------------------------------------------------------------------------
@@ -172,3 +221,25 @@ def test_the_paraphrase_set_never_uses_training_wording():
     assert len(synonyms) == 19
     dev_syn = {next(w for w in tt.tokenize(t) if w not in tt.WORD_TO_ID) for _, t, _, _ in dev["colours"]}
     assert not dev_syn & {next(w for w in tt.tokenize(t) if w not in tt.WORD_TO_ID) for _, t, _, _ in held["colours"]}
+
+
+def test_no_new_word_of_the_paraphrase_set_is_ever_trained_on():
+    """Each paraphrase line's new words (those outside the world's five colours and two containers) appear
+    in nothing training reads: not in the templates, nouns or prepositions (``training_words``), and not in
+    any instruction the training split draws (both readers train on ``sample_episodes``)."""
+    world = set(tt.COLOURS) | set(tt.CONTAINERS)
+    new = set()
+    for part in ("dev", "heldout"):
+        for c in CATEGORIES:
+            for _, text, _, _ in read_instructions(PARAPHRASES / part / f"{c}.tsv"):
+                unseen = [w for w in tt.tokenize(text) if w not in tt.training_words()]
+                assert unseen, f"{part}/{c}: every word of {text!r} is a training word"
+                new |= set(unseen) - world
+    drawn = set()                                                  # train_batch draws these for both readers
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        _, texts, _ = tt.sample_episodes(rng, 256, "train")
+        drawn |= {w for t in texts for w in tt.tokenize(t)}
+    assert drawn == tt.training_words()
+    assert not new & drawn and not new & tt.training_words()
+    assert {"crate", "dish", "lift", "brick", "crimson", "mug"} <= new

@@ -144,9 +144,9 @@ def test_vla_shapes_and_config():
 
 # -- text_dim > 0: the words are a frozen language model's states, projected (the MiniLM policy) -----
 
-def text_model(rng=0, dropout=0.0):
+def text_model(rng=0, dropout=0.0, text_dropout=0.0):
     cfg = VLAConfig(vocab_size=1, max_words=6, image_size=8, patch_size=4, d_model=8, n_heads=2, d_ff=12,
-                    n_layers=2, text_dim=7, dropout=dropout)
+                    n_layers=2, text_dim=7, dropout=dropout, text_dropout=text_dropout)
     model = VLA(cfg, rng=rng).astype(np.float64).eval()
     r = np.random.default_rng(rng)
     for p in model.state_dict().values():
@@ -221,3 +221,40 @@ def test_text_states_inputs_are_checked():
     assert not np.allclose(a, b)
     drop.eval()
     np.testing.assert_array_equal(drop.forward(states, images)[0], drop.forward(states, images)[0])
+
+
+@pytest.mark.parametrize("dropout,text_dropout", [(0.0, 0.5), (0.2, 0.5)])
+def test_text_dropout_drops_projected_features_and_its_gradient_is_torchs(dropout, text_dropout):
+    """text_dropout: one mask on the projected text features, a feature kept with (1 - dropout)(1 -
+    text_dropout); the forward and every gradient are torch's with that mask applied; eval mode drops nothing."""
+    cfg, model = text_model(rng=8, dropout=dropout, text_dropout=text_dropout)
+    states, images, _ = text_batch(cfg, np.random.default_rng(9))
+    model.train()
+    with pytest.raises(ValueError, match="pass rng"):
+        model.forward(states, images)
+    big = np.random.default_rng(10).standard_normal((64, 6, cfg.text_dim))
+    _, c = model.forward(big, np.zeros((64, 8, 8, 3)), rng=np.random.default_rng(11))
+    keep = (c[0][1] != 0).mean()                                    # the share of features kept
+    assert abs(keep - (1 - dropout) * (1 - text_dropout)) < 0.03, keep
+    if dropout:                                                    # the rest of the model drops too: no torch twin
+        return
+    logits, cache = model.forward(states, images, rng=np.random.default_rng(12))  # (B, 2, N)
+    mask = cache[0][1]                                             # (B, L, E) 0 or 1 / (1 - p)
+    assert set(np.unique(mask)) == {0.0, 1.0 / (1.0 - text_dropout)}
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in model.state_dict().items()}
+    states_t = torch.tensor(states, requires_grad=True)
+    xw = (states_t @ tp["text_proj.weight"].T + tp["text_proj.bias"]) * torch.tensor(mask)
+    logits_t = torch_policy(tp, cfg, xw, torch.tensor((states == 0).all(-1)), torch.tensor(images))
+    assert rel_err(logits, logits_t.detach()) < RTOL
+    g = np.random.default_rng(13).standard_normal(logits.shape)    # d loss / d logits of loss = sum(g * logits)
+    (logits_t * torch.tensor(g)).sum().backward()
+    dinputs, grads = model.backward(g, cache)
+    assert rel_err(dinputs["words"], states_t.grad) < RTOL
+    for k in ("text_proj.weight", "text_proj.bias", "type_embed.weight"):
+        assert rel_err(grads[k], tp[k].grad) < RTOL, k
+    model.eval()
+    np.testing.assert_array_equal(model.forward(states, images)[0], model.forward(states, images)[0])
+    with pytest.raises(ValueError, match="text_dropout .* needs text_dim > 0"):
+        VLAConfig(vocab_size=3, text_dropout=0.1)
+    with pytest.raises(ValueError, match="text_dropout"):
+        VLAConfig(vocab_size=3, text_dim=4, text_dropout=1.0)

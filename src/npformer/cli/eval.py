@@ -8,8 +8,10 @@ one per line as ``instruction<TAB>colour<TAB>container``, e.g.
 ``grab the crimson cube and drop it in the crate<TAB>red<TAB>box``: for each line, --n fresh scenes
 (default 200) that hold a block of that colour and that container, scored as ``npformer eval`` scores
 a scene. It prints the overall success, each line's, and how many words the model's own vocabulary did
-not know. The scratch policy does not see such a word (it has no row for it) and is scored anyway; the
-MiniLM policy reads any text. The package's paraphrase set is in ``npformer/data/paraphrases/``.
+not know. The scratch policy reads such a word as its [UNK] token and is scored anyway (a run saved
+before its word table had an [UNK] row reads it as padding, and the JSON's "unknown_as" says so); the
+MiniLM policy reads any text. ``npformer act`` still refuses an unknown word for the scratch policy.
+The package's paraphrase set is in ``npformer/data/paraphrases/``.
 """
 from __future__ import annotations
 

@@ -71,17 +71,28 @@ TEMPLATES = [
 BLOCK_NOUNS = ("block", "cube")
 PREPOSITIONS = ("in", "into", "inside")
 PAD = "<pad>"
+UNK = "[UNK]"                               # a word the vocabulary lacks (``npformer eval --instructions``)
 
 
-def _vocabulary() -> list[str]:
+def training_words() -> set[str]:
+    """Every word a training instruction can hold: the world's names, the nouns, the prepositions and the
+    templates' words."""
     words = set(COLOURS) | set(CONTAINERS) | set(BLOCK_NOUNS) | set(PREPOSITIONS)
     for t in TEMPLATES:
         words |= {w for w in t.split() if not w.startswith("{")}
-    return [PAD] + sorted(words)
+    return words
 
 
-VOCAB = _vocabulary()                       # word-level; id 0 is padding
+def _vocabulary() -> list[str]:
+    return [PAD] + sorted(training_words()) + [UNK]
+
+
+# word-level; id 0 is padding, the last id [UNK]. [UNK] came last so that runs saved before it existed
+# (vocab_size one smaller) keep every other word's id; they read an unknown word as padding instead
+# (``ScratchText.inputs``).
+VOCAB = _vocabulary()
 WORD_TO_ID = {w: i for i, w in enumerate(VOCAB)}
+UNK_ID = WORD_TO_ID[UNK]
 
 
 COLOUR_NAMES = list(COLOURS)                # fixed order: the columns of ``Scenes.blocks``
@@ -234,7 +245,7 @@ def encode(instruction: str, max_words: int = MAX_WORDS) -> np.ndarray:
         raise ValueError("the instruction is empty")
     unknown = [w for w in words if w not in WORD_TO_ID]
     if unknown:
-        raise ValueError(f"unknown word {unknown[0]!r} in the instruction; known words: {' '.join(VOCAB[1:])}")
+        raise ValueError(f"unknown word {unknown[0]!r} in the instruction; known words: {' '.join(VOCAB[1:UNK_ID])}")
     if len(words) > max_words:
         raise ValueError(f"the instruction has {len(words)} words, at most {max_words} are allowed")
     ids = np.zeros(max_words, dtype=np.int64)                     # (L,)
@@ -321,7 +332,8 @@ MINILM_MAX_PIECES = 32                      # word pieces per instruction, [CLS]
 
 class ScratchText:
     """The policy's own words: ids (B, MAX_WORDS) into its word table (``VOCAB``), learned from the
-    templates alone; a word they never use has no row. ``PretrainedText`` is the other reader."""
+    templates alone; a word they never use has no row of its own, only the shared [UNK] row.
+    ``PretrainedText`` is the other reader."""
 
     name = "scratch"
     text_dim = 0                            # the model looks word ids up (VLAConfig.text_dim)
@@ -335,13 +347,14 @@ class ScratchText:
         """The words its vocabulary does not hold."""
         return [w for w in tokenize(text) if w not in WORD_TO_ID]
 
-    def inputs(self, texts: list[str], unknown_ok: bool = False) -> np.ndarray:
+    def inputs(self, texts: list[str], unknown_ok: bool = False, unk_id: int = UNK_ID) -> np.ndarray:
         """Word ids (B, MAX_WORDS) int64, 0-padded. An unknown word raises ValueError or, with ``unknown_ok``,
-        becomes the padding id: the table has no [UNK] row (one would change the vocabulary and every
-        seeded weight), so the policy does not see that word, as it would learn nothing from an [UNK] it
-        never trained on."""
+        becomes ``unk_id``: [UNK] (the default), or the padding id 0 for a run saved before the table had an
+        [UNK] row (``unknown_id``), where the policy does not see the word at all."""
         if not unknown_ok:
             return np.stack([encode(t) for t in texts])           # (B, L)
+        if unk_id not in (0, UNK_ID):
+            raise ValueError(f"unk_id must be {UNK_ID} ([UNK]) or 0 (padding), got {unk_id}")
         out = np.zeros((len(texts), MAX_WORDS), dtype=np.int64)  # (B, L)
         for i, text in enumerate(texts):
             words = tokenize(text)
@@ -349,7 +362,7 @@ class ScratchText:
                 raise ValueError("the instruction is empty")
             if len(words) > MAX_WORDS:
                 raise ValueError(f"the instruction has {len(words)} words, at most {MAX_WORDS} are allowed")
-            out[i, :len(words)] = [WORD_TO_ID.get(w, 0) for w in words]
+            out[i, :len(words)] = [WORD_TO_ID.get(w, unk_id) for w in words]
         return out
 
 
@@ -373,10 +386,28 @@ def reader_for(model):
     return reader
 
 
+def unknown_id(model) -> int | None:
+    """The id a scratch policy reads an unknown word as: ``UNK_ID``, or 0 (padding: the word is not seen)
+    for a run saved before the word table had an [UNK] row (its vocab_size is ``UNK_ID``). None for a
+    policy that reads text states (it has no word table)."""
+    c = model.config
+    if c.text_dim:
+        return None
+    if c.vocab_size == len(VOCAB):
+        return UNK_ID
+    if c.vocab_size == UNK_ID:
+        return 0
+    raise ValueError(f"the model's word table has {c.vocab_size} rows; the tabletop vocabulary has {len(VOCAB)} "
+                     f"words ([UNK] included) or {UNK_ID} (runs saved before [UNK])")
+
+
 def model_words(reader, model, texts: list[str], unknown_ok: bool = False) -> np.ndarray:
-    """``reader.inputs(texts)`` ready for ``model``: ids as they are, text states in the model's dtype."""
-    words = reader.inputs(texts, unknown_ok=unknown_ok)           # (B, L) or (B, L, S)
-    return words.astype(model.dtype, copy=False) if words.dtype.kind == "f" else words
+    """``reader.inputs(texts)`` ready for ``model``: ids as they are (with ``unknown_ok``, an unknown word is
+    ``unknown_id(model)``), text states in the model's dtype."""
+    if reader.text_dim:
+        words = reader.inputs(texts, unknown_ok=unknown_ok)       # (B, L, S)
+        return words.astype(model.dtype, copy=False)
+    return reader.inputs(texts, unknown_ok=unknown_ok, unk_id=unknown_id(model))  # (B, L)
 
 
 def real_words(words: np.ndarray) -> int:
@@ -417,7 +448,11 @@ class TabletopTask(Task):
         cfg = {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": CELL,
                "in_channels": 3, "d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 3, "dropout": 0.0}
         if self.settings.text_encoder != "scratch":
-            cfg.update(text_dim=self.reader.text_dim, max_words=self.reader.max_words)
+            # text_dropout: trained on two container words only, the policy otherwise keys on whatever few
+            # directions tell "box" from "bowl" apart and misreads "dish" or "tub"; with 30% of the projected
+            # features dropped it must read the broad directions they share (chosen on the paraphrase set's
+            # dev part only: 0.3 over 0 and 0.5)
+            cfg.update(text_dim=self.reader.text_dim, max_words=self.reader.max_words, text_dropout=0.3)
         return cfg
 
     def build_model(self, config, rng: np.random.Generator):
@@ -426,6 +461,11 @@ class TabletopTask(Task):
             raise ValueError(f"text_encoder {self.settings.text_encoder!r} gives the model "
                              f"{'word ids' if not self.reader.text_dim else f'{self.reader.text_dim}-wide states'}"
                              f", but the model config has text_dim {model.config.text_dim}")
+        if not model.config.text_dim and model.config.vocab_size == len(VOCAB):
+            # no training instruction holds an unknown word, so the [UNK] row never gets a gradient: start it
+            # at zero and it stays there (AdamW moves and decays nothing without one), an unknown word then
+            # being a token with its position and its type but no content of its own
+            model.word_embed.tok.params["weight"][UNK_ID] = 0
         return model
 
     def default_train_config(self) -> dict:

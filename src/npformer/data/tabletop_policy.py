@@ -31,6 +31,7 @@ from .tabletop import (
     sample_episode,
     sample_episodes,
     tokenize,
+    unknown_id,
 )
 
 
@@ -234,6 +235,10 @@ def evaluate_instructions(model, lines: list, n: int = 200, seed: int = 0, sourc
         unknown = reader.unknown(text)
         rows.append({"line": number, "instruction": text, "colour": colour, "container": container,
                      "success": float((pred == truth).all(axis=1).mean()), "unknown_words": unknown})
+    unk = unknown_id(model)
+    unknown_as = ("word pieces (MiniLM reads any text)" if unk is None else "[UNK]" if unk else
+                  "padding (this run was saved before the word table had an [UNK] row: the word is not seen)")
     return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows), "n": n,
-            "text_encoder": reader.name, "unknown_words": sum(len(r["unknown_words"]) for r in rows),
+            "text_encoder": reader.name, "unknown_as": unknown_as,
+            "unknown_words": sum(len(r["unknown_words"]) for r in rows),
             "lines_with_unknown_words": sum(bool(r["unknown_words"]) for r in rows), "lines": rows}

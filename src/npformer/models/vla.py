@@ -17,7 +17,9 @@ looked at to act.
 The words come in one of two ways. ``text_dim == 0``: word ids, looked up in a table learned from
 scratch. ``text_dim == S > 0``: each word piece's S-wide hidden state from a frozen pretrained
 language model (all-MiniLM-L6-v2 in the tabletop task), projected to E by ``text_proj``; the states
-already carry the word's context and order, so no position table is added. The policy never sees
+already carry the word's context and order, so no position table is added. ``text_dropout`` drops
+projected features while training, so that the policy cannot lean on a few directions the trained
+words happen to share: it then reads the broad ones that words it never saw share with them too. The policy never sees
 the language model's weights, only its states, and trains the projection with everything else.
 
 Keys: ``action_queries`` (1, 2, E), ``word_embed.tok.weight``, ``word_embed.pos.weight`` (or, when
@@ -40,6 +42,7 @@ from .blocks import encoder_stack, init_model
 from .config import (
     BlockConfig,
     check_choice,
+    check_float,
     check_ids,
     check_images,
     check_int,
@@ -84,12 +87,16 @@ class VLAConfig(BlockConfig):
     head: str = "pointer"          # "pointer": action query . patch key per cell; "linear": a fixed map
     eps: float = 1e-5              # LayerNorm epsilon
     text_dim: int = 0              # 0: words are ids into a learned table; S > 0: S-wide frozen text states
+    text_dropout: float = 0.0      # text_dim > 0: dropout on the projected text features, on top of dropout
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "d_model", "n_heads",
                      "d_ff", "n_layers"):
             check_int(name, getattr(self, name))
         check_int("text_dim", self.text_dim, minimum=0)
+        check_float("text_dropout", self.text_dropout, 0.0, 1.0)
+        if self.text_dropout and not self.text_dim:
+            raise ValueError(f"text_dropout ({self.text_dropout}) drops projected text states: it needs text_dim > 0")
         check_patch_grid(self.image_size, self.patch_size)
         self.check_block_fields()            # no final_norm field: a final norm exactly when pre-LN
         check_pad_id(self.pad_id, self.vocab_size)
@@ -108,7 +115,8 @@ class VLA(Module):
         self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
         if c.text_dim:
             self.add_module("text_proj", Linear(c.text_dim, c.d_model, rng=rng, dtype=dtype))
-            self.add_module("text_dropout", Dropout(c.dropout))
+            # one mask with both rates: a feature survives dropout and text_dropout with (1 - p)(1 - p_t)
+            self.add_module("text_dropout", Dropout(1.0 - (1.0 - c.dropout) * (1.0 - c.text_dropout)))
         else:
             self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional="learned",
                                                      dropout=c.dropout, rng=rng, dtype=dtype))
@@ -134,7 +142,7 @@ class VLA(Module):
         (B, L, S) in the model's dtype, finite; L <= max_words), the images ((B, H, W, C) in the model's
         dtype, finite) and the rng. Returns (words, images)."""
         c = self.config
-        check_rng(self, rng, c.dropout)
+        check_rng(self, rng, max(c.dropout, c.text_dropout))
         if c.text_dim:
             words = check_text_states(words, c.text_dim, c.max_words, self.dtype)
         else:
