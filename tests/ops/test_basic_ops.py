@@ -172,6 +172,26 @@ def test_embedding_repeated_ids_vs_torch_fd(rng):
     assert out32.dtype == np.float32 and embedding_backward(dout.astype(np.float32), c32).dtype == np.float32
 
 
+def test_embedding_backward_adds_into_a_tied_gradient(rng):
+    """dweight=: the lookup's rows are added in place into a gradient that already holds another
+    use of the table (a tied output projection's), the same as adding the two dense gradients."""
+    weight, x = rng.normal(size=(7, 5)), rng.normal(size=(3, 5))      # (V, C), (N, C)
+    ids = np.array([[1, 3, 3], [6, 1, 3]])                             # (B, T)
+    dout, dlogits = rng.normal(size=(2, 3, 5)), rng.normal(size=(3, 7))
+    _, cache = embedding_forward(ids, weight)
+    dproj = dlogits.T @ x                                              # (V, C) the projection's part
+    into = dproj.copy()
+    got = embedding_backward(dout, cache, dweight=into)
+    assert got is into                                                 # in place, no second table
+    wt, xt = to_torch(weight, x)
+    ((F.embedding(torch.from_numpy(ids), wt) * torch.from_numpy(dout)).sum()
+     + ((xt @ wt.T) * torch.from_numpy(dlogits)).sum()).backward()     # a tied table used twice
+    assert_rel(got, wt.grad.numpy(), TOL_TORCH, "tied dweight")
+    assert_rel(got, dproj + embedding_backward(dout, cache), 1e-15, "in place vs dense sum")
+    with pytest.raises(ValueError, match="dweight must be"):
+        embedding_backward(dout, cache, dweight=np.zeros((7, 4)))
+
+
 # ---------------------------------------------------------------- relu
 
 def test_relu_vs_torch_fd_float32(rng):

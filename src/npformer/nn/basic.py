@@ -70,8 +70,9 @@ class Embedding(Module):
     def forward(self, ids):
         return embedding_forward(ids, self.params["weight"])
 
-    def backward(self, dout, cache):
-        return None, {"weight": embedding_backward(dout, cache)}
+    def backward(self, dout, cache, dweight=None):
+        """dweight: a gradient of the table to add into in place (a tied projection's); None: zeros."""
+        return None, {"weight": embedding_backward(dout, cache, dweight)}
 
 
 class Dropout(Module):
