@@ -65,6 +65,15 @@ def test_softmax_in_place_and_all_masked_row(rng):
     assert y2 is buf and np.array_equal(y2, y)
 
 
+def test_softmax_backward_in_place(rng):
+    y, cache = softmax_forward(rng.normal(size=(3, 5, 7)))
+    dy = rng.normal(size=y.shape)
+    want = softmax_backward(dy, cache)
+    buf = dy.copy()
+    got = softmax_backward(buf, cache, out=buf)
+    assert got is buf and np.array_equal(got, want)
+
+
 def test_log_softmax_vs_torch(rng):
     x = rng.normal(size=(5, 9)) * 10
     assert_rel(log_softmax(x), torch.log_softmax(torch.from_numpy(x), -1).numpy(), TOL_TORCH, "log_softmax")
@@ -234,6 +243,18 @@ def test_dropout_fixed_rng_vs_torch_fd(rng):
     y32, m32 = dropout_forward(x.astype(np.float32), p, np.random.default_rng(7))
     assert y32.dtype == np.float32 and m32.dtype == np.float32
     assert_rel(y32, y, TOL_F32, "dropout float32")
+
+
+def test_dropout_in_place_equals_fresh(rng):
+    x, dy = rng.normal(size=(4, 6)).astype(np.float32), rng.normal(size=(4, 6)).astype(np.float32)
+    y, mask = dropout_forward(x, 0.3, np.random.default_rng(3))
+    buf = x.copy()
+    y2, mask2 = dropout_forward(buf, 0.3, np.random.default_rng(3), out=buf)
+    assert y2 is buf and np.array_equal(y2, y) and np.array_equal(mask2, mask)
+    assert y.dtype == mask.dtype == np.float32
+    buf = dy.copy()
+    dx = dropout_backward(buf, mask, out=buf)
+    assert dx is buf and np.array_equal(dx, dropout_backward(dy, mask))
 
 
 def test_dropout_inverted_statistics_and_identity():

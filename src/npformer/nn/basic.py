@@ -84,8 +84,9 @@ class Dropout(Module):
             raise ValueError(f"dropout must be in [0, 1), got {p}")
         self.p = p
 
-    def forward(self, x, rng=None):
-        return dropout_forward(x, self.p, rng, training=self.training and self.p > 0)
+    def forward(self, x, rng=None, out=None):
+        """out: may be x itself, to drop in place (x fresh and needed no more by the caller)."""
+        return dropout_forward(x, self.p, rng, training=self.training and self.p > 0, out=out)
 
-    def backward(self, dy, cache):
-        return dropout_backward(dy, cache), {}
+    def backward(self, dy, cache, out=None):
+        return dropout_backward(dy, cache, out), {}

@@ -79,7 +79,7 @@ def attention_backward(dout: np.ndarray, cache):
     dw = np.matmul(dout, np.swapaxes(v, -1, -2))                 # (..., Tq, Tk)
     if drop is not None:
         dw *= drop
-    ds = softmax_backward(dw, weights)                           # (..., Tq, Tk)
+    ds = softmax_backward(dw, weights, out=dw)                   # (..., Tq, Tk), in place: dw is ours
     ds *= q.dtype.type(scale)
     dq = np.matmul(ds, k)                                        # (..., Tq, D)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
