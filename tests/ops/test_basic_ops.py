@@ -111,6 +111,18 @@ def test_linear_vs_torch_fd_float32(rng, bias):
                TOL_F32, "linear float32")
 
 
+def test_linear_non_contiguous_input(rng):
+    """The products run on (N, I) views; a transposed input is copied to one, with the same result."""
+    x = rng.normal(size=(5, 3, 7)).transpose(1, 0, 2)                 # (B, T, I), not contiguous
+    w, b, dout = rng.normal(size=(9, 7)), rng.normal(size=(9,)), rng.normal(size=(3, 5, 9))
+    y, cache = linear_forward(x, w, b)
+    y_c, cache_c = linear_forward(np.ascontiguousarray(x), w, b)
+    np.testing.assert_allclose(y, y_c, rtol=1e-14, atol=0)
+    for g, g_c in zip(linear_backward(dout, cache), linear_backward(dout, cache_c), strict=True):
+        np.testing.assert_allclose(g, g_c, rtol=1e-14, atol=0)
+    assert y.shape == (3, 5, 9) and linear_backward(dout, cache)[0].shape == x.shape
+
+
 def test_linear_one_dimensional_input(rng):
     x, w, b = rng.normal(size=7), rng.normal(size=(3, 7)), rng.normal(size=3)
     dout = rng.normal(size=3)
