@@ -154,3 +154,29 @@ def check(label: str, diff: float, tol: float) -> None:
     if not ok:
         print(f"MISMATCH: {label}: {d} > {t}: the two sides did not do the same work", file=sys.stderr)
         raise SystemExit(1)
+
+
+def sgemm_peak(n: int = 2048, repeats: int = 3, torch=None) -> float:
+    """GFLOP/s of the best of ``repeats`` float32 (n, n) @ (n, n) products (2 n^3 FLOPs each) in
+    numpy, or in torch when given the torch module: the machine's practical matrix-product rate
+    on the threads set, the yardstick for a benchmark's achieved GFLOP/s. The operands are made
+    once; one untimed product first."""
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)   # (n, n)
+    out = np.empty_like(a)                                                    # (n, n)
+    if torch is None:
+        def mm():
+            np.matmul(a, a, out=out)
+    else:
+        ta, tout = torch.from_numpy(a), torch.from_numpy(out)
+
+        def mm():
+            torch.mm(ta, ta, out=tout)
+    mm()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        mm()
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n ** 3 / best / 1e9

@@ -21,6 +21,9 @@ source position, the decoder's at every target position, and the tied (V, E) tab
 output projection at every target position (its embedding lookups are not products). Padded
 positions count: both sides compute them. The attention scores and weighted sums (about 1% here
 at 32 positions), softmax, LayerNorm and dropout are left out, so both rates are a little low.
+The yardstick: the same run times float32 2048 x 2048 products in numpy and in torch (best of
+3, before and after the steps, on the same threads) and prints each side's achieved rate as a
+share of those peaks.
 A full run takes about a minute (a step of each took about 2 s on the README's machine).
 """
 from __future__ import annotations
@@ -31,7 +34,16 @@ import math
 import numpy as np
 import torch
 
-from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from _common import (
+    add_threads_arg,
+    alternate,
+    check,
+    print_ratio,
+    print_setup,
+    print_times,
+    set_threads,
+    sgemm_peak,
+)
 from npformer.models import Transformer, TransformerConfig
 
 
@@ -119,7 +131,12 @@ def main() -> None:
         loss.backward()
         return loss.item()
 
+    peaks = [sgemm_peak()]                                                 # before and after the steps
+    t_peaks = [sgemm_peak(torch=torch)]
     times, _ = alternate({"npformer": np_step, "torch": torch_step}, args.steps, warmup=args.warmup)
+    peaks.append(sgemm_peak())
+    t_peaks.append(sgemm_peak(torch=torch))
+    peak, t_peak = max(peaks), max(t_peaks)
 
     # FLOPs of the products with weights, 6 per weight per position (see the docstring)
     sd = model.state_dict()
@@ -133,8 +150,11 @@ def main() -> None:
     med = print_times(times)
     print(f"  work per step: {flops / 1e9:.1f} GFLOP = 6 x ({p_enc:,} encoder weights x {B * S} source positions "
           f"+ ({p_dec:,} decoder + {V * cfg.d_model:,} output-projection weights) x {B * T} target positions)")
+    print(f"  sgemm peak, float32 2048 x 2048 products in this run (best of 3, before and after the steps): "
+          f"numpy {peak:.0f} GFLOP/s, torch {t_peak:.0f} GFLOP/s")
     for k, t in med.items():
-        print(f"  {k:<24} {flops / t / 1e9:9.1f} GFLOP/s (median step)")
+        print(f"  {k:<24} {flops / t / 1e9:9.1f} GFLOP/s (median step), {flops / t / 1e9 / peak:6.1%} of numpy's "
+              f"sgemm peak, {flops / t / 1e9 / t_peak:6.1%} of torch's")
     print_ratio(med, "npformer", "torch")
 
 if __name__ == "__main__":

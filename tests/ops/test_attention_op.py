@@ -70,7 +70,7 @@ def test_attention_vs_torch_and_fd(name):
     dq, dk, dv = attention_backward(dout, cache)
     drop = cache[4]
     if p:
-        keep = np.random.default_rng(5).random(w.shape) >= p           # the rng's draws, in order
+        keep = np.random.default_rng(5).random(w.shape, dtype=np.float32) >= np.float32(p)  # its draws, in order
         np.testing.assert_array_equal(drop != 0, keep)
     qt, kt, vt = to_torch(q, k, v)
     ot, wt = torch_attention(qt, kt, vt, mask, call["causal"], bias, drop)

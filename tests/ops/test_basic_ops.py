@@ -65,6 +65,15 @@ def test_softmax_in_place_and_all_masked_row(rng):
     assert y2 is buf and np.array_equal(y2, y)
 
 
+def test_softmax_backward_in_place(rng):
+    y, cache = softmax_forward(rng.normal(size=(3, 5, 7)))
+    dy = rng.normal(size=y.shape)
+    want = softmax_backward(dy, cache)
+    buf = dy.copy()
+    got = softmax_backward(buf, cache, out=buf)
+    assert got is buf and np.array_equal(got, want)
+
+
 def test_log_softmax_vs_torch(rng):
     x = rng.normal(size=(5, 9)) * 10
     assert_rel(log_softmax(x), torch.log_softmax(torch.from_numpy(x), -1).numpy(), TOL_TORCH, "log_softmax")
@@ -100,6 +109,18 @@ def test_linear_vs_torch_fd_float32(rng, bias):
     assert y32.dtype == np.float32
     assert_rel(y32, linear_forward(*[a.astype(np.float64) if a is not None else None for a in f32])[0],
                TOL_F32, "linear float32")
+
+
+def test_linear_non_contiguous_input(rng):
+    """The products run on (N, I) views; a transposed input is copied to one, with the same result."""
+    x = rng.normal(size=(5, 3, 7)).transpose(1, 0, 2)                 # (B, T, I), not contiguous
+    w, b, dout = rng.normal(size=(9, 7)), rng.normal(size=(9,)), rng.normal(size=(3, 5, 9))
+    y, cache = linear_forward(x, w, b)
+    y_c, cache_c = linear_forward(np.ascontiguousarray(x), w, b)
+    np.testing.assert_allclose(y, y_c, rtol=1e-12, atol=1e-12)
+    for g, g_c in zip(linear_backward(dout, cache), linear_backward(dout, cache_c), strict=True):
+        np.testing.assert_allclose(g, g_c, rtol=1e-12, atol=1e-12)
+    assert y.shape == (3, 5, 9) and linear_backward(dout, cache)[0].shape == x.shape
 
 
 def test_linear_one_dimensional_input(rng):
@@ -172,6 +193,26 @@ def test_embedding_repeated_ids_vs_torch_fd(rng):
     assert out32.dtype == np.float32 and embedding_backward(dout.astype(np.float32), c32).dtype == np.float32
 
 
+def test_embedding_backward_adds_into_a_tied_gradient(rng):
+    """dweight=: the lookup's rows are added in place into a gradient that already holds another
+    use of the table (a tied output projection's), the same as adding the two dense gradients."""
+    weight, x = rng.normal(size=(7, 5)), rng.normal(size=(3, 5))      # (V, C), (N, C)
+    ids = np.array([[1, 3, 3], [6, 1, 3]])                             # (B, T)
+    dout, dlogits = rng.normal(size=(2, 3, 5)), rng.normal(size=(3, 7))
+    _, cache = embedding_forward(ids, weight)
+    dproj = dlogits.T @ x                                              # (V, C) the projection's part
+    into = dproj.copy()
+    got = embedding_backward(dout, cache, dweight=into)
+    assert got is into                                                 # in place, no second table
+    wt, xt = to_torch(weight, x)
+    ((F.embedding(torch.from_numpy(ids), wt) * torch.from_numpy(dout)).sum()
+     + ((xt @ wt.T) * torch.from_numpy(dlogits)).sum()).backward()     # a tied table used twice
+    assert_rel(got, wt.grad.numpy(), TOL_TORCH, "tied dweight")
+    assert_rel(got, dproj + embedding_backward(dout, cache), 1e-15, "in place vs dense sum")
+    with pytest.raises(ValueError, match="dweight must be"):
+        embedding_backward(dout, cache, dweight=np.zeros((7, 4)))
+
+
 # ---------------------------------------------------------------- relu
 
 def test_relu_vs_torch_fd_float32(rng):
@@ -214,6 +255,18 @@ def test_dropout_fixed_rng_vs_torch_fd(rng):
     y32, m32 = dropout_forward(x.astype(np.float32), p, np.random.default_rng(7))
     assert y32.dtype == np.float32 and m32.dtype == np.float32
     assert_rel(y32, y, TOL_F32, "dropout float32")
+
+
+def test_dropout_in_place_equals_fresh(rng):
+    x, dy = rng.normal(size=(4, 6)).astype(np.float32), rng.normal(size=(4, 6)).astype(np.float32)
+    y, mask = dropout_forward(x, 0.3, np.random.default_rng(3))
+    buf = x.copy()
+    y2, mask2 = dropout_forward(buf, 0.3, np.random.default_rng(3), out=buf)
+    assert y2 is buf and np.array_equal(y2, y) and np.array_equal(mask2, mask)
+    assert y.dtype == mask.dtype == np.float32
+    buf = dy.copy()
+    dx = dropout_backward(buf, mask, out=buf)
+    assert dx is buf and np.array_equal(dx, dropout_backward(dy, mask))
 
 
 def test_dropout_inverted_statistics_and_identity():

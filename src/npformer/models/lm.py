@@ -93,12 +93,13 @@ class DecoderLM(Module):
         """dlogits (B, T, V) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
         grads one entry per state_dict() key."""
         c_emb, c_blocks, c_out = cache
-        # tied weights: the table's gradient starts as the projection's; the lookup's is ADDED below
+        # tied weights: the table's gradient starts as the projection's; the lookup ADDS its rows
+        # into that same (V, E) array (dtok=)
         dh, grads = output_backward(dlogits, c_out, "embed", getattr(self, "generator", None))
         dx, g_blocks = self.blocks.backward(dh, c_blocks)                   # (B, T, E)
         add_grads(grads, g_blocks, "blocks")
-        _, g_emb = self.embed.backward(dx, c_emb)
-        add_grads(grads, g_emb, "embed", in_place=True)
+        _, g_emb = self.embed.backward(dx, c_emb, dtok=grads.pop("embed.tok.weight", None))
+        add_grads(grads, g_emb, "embed")
         return {"embeddings": dx}, grads
 
     def attention_weights(self, cache) -> list[dict]:

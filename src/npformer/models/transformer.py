@@ -181,15 +181,16 @@ class Transformer(Module):
         embedding layers' outputs, ``src_embeddings`` (B, S, E) and ``tgt_embeddings`` (B, T, E), and
         to the encoder output ``memory`` (B, S, E)."""
         (c_src_emb, c_enc), (c_tgt_emb, c_dec, c_out) = cache
-        # tied weights (paper 3.4): the table's gradient starts as the projection's; the
-        # embedding lookups' gradients are ADDED to it below
+        # tied weights (paper 3.4): the table's gradient starts as the projection's; each
+        # embedding lookup then ADDS its rows into that same (V, E) array (dtok=)
         dh, grads = output_backward(dlogits, c_out, self._tgt_name, getattr(self, "generator", None))
         d, g_stack = self.stack.backward(dh, (c_enc, c_dec))             # decoder, then memory -> encoder
         add_grads(grads, g_stack, "")
-        _, g_tgt = self.tgt_embedding.backward(d["tgt"], c_tgt_emb)
-        add_grads(grads, g_tgt, self._tgt_name, in_place=True)             # + the target lookup's
-        _, g_src = self.src_embedding.backward(d["src"], c_src_emb)
-        add_grads(grads, g_src, self._src_name, in_place=True)             # shared table: + the source's
+        tgt_key, src_key = f"{self._tgt_name}.tok.weight", f"{self._src_name}.tok.weight"
+        _, g_tgt = self.tgt_embedding.backward(d["tgt"], c_tgt_emb, dtok=grads.pop(tgt_key, None))
+        add_grads(grads, g_tgt, self._tgt_name)                           # the projection's + the target lookup's
+        _, g_src = self.src_embedding.backward(d["src"], c_src_emb, dtok=grads.pop(src_key, None))
+        add_grads(grads, g_src, self._src_name)                           # shared table: + the source's
         return {"src_embeddings": d["src"], "tgt_embeddings": d["tgt"], "memory": d["memory"]}, grads
 
     # -- inspection -----------------------------------------------------------------------------

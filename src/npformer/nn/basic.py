@@ -70,8 +70,9 @@ class Embedding(Module):
     def forward(self, ids):
         return embedding_forward(ids, self.params["weight"])
 
-    def backward(self, dout, cache):
-        return None, {"weight": embedding_backward(dout, cache)}
+    def backward(self, dout, cache, dweight=None):
+        """dweight: a gradient of the table to add into in place (a tied projection's); None: zeros."""
+        return None, {"weight": embedding_backward(dout, cache, dweight)}
 
 
 class Dropout(Module):
@@ -83,8 +84,9 @@ class Dropout(Module):
             raise ValueError(f"dropout must be in [0, 1), got {p}")
         self.p = p
 
-    def forward(self, x, rng=None):
-        return dropout_forward(x, self.p, rng, training=self.training and self.p > 0)
+    def forward(self, x, rng=None, out=None):
+        """out: may be x itself, to drop in place (x fresh and needed no more by the caller)."""
+        return dropout_forward(x, self.p, rng, training=self.training and self.p > 0, out=out)
 
-    def backward(self, dy, cache):
-        return dropout_backward(dy, cache), {}
+    def backward(self, dy, cache, out=None):
+        return dropout_backward(dy, cache, out), {}

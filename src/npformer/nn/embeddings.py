@@ -59,11 +59,14 @@ class Embeddings(Module):
         x, cd = self.dropout.forward(x, rng)
         return x, (ce, cd, t, offset)
 
-    def backward(self, dx, cache):
-        """Returns (None, grads): ids have no gradient."""
+    def backward(self, dx, cache, dtok=None):
+        """Returns (None, grads): ids have no gradient.
+
+        dtok: the token table's gradient so far, (V, E), e.g. a tied output projection's; the
+        lookups' rows are added into it in place and it is returned as ``tok.weight``."""
         ce, cd, t, offset = cache
         dx, _ = self.dropout.backward(dx, cd)
-        _, g = self.tok.backward(dx * dx.dtype.type(self.scale), ce)
+        _, g = self.tok.backward(dx * dx.dtype.type(self.scale), ce, dtok)
         grads = {"tok.weight": g["weight"]}
         if self.positional == "learned":
             dpos = np.zeros_like(self.pos.params["weight"])          # (max_len, E)

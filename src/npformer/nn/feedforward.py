@@ -33,7 +33,7 @@ class FeedForward(Module):
         act_f, _ = ACTIVATIONS[self.activation]
         h, c1 = self.linear1.forward(x)                            # (..., F)
         a, ca = act_f(h)                                           # (..., F)
-        a, cd = self.dropout.forward(a, rng)                       # (..., F)
+        a, cd = self.dropout.forward(a, rng, out=a)                # (..., F) in place: act's cache keeps no a
         y, c2 = self.linear2.forward(a)                            # (..., E)
         return y, (c1, ca, cd, c2)
 
@@ -42,7 +42,7 @@ class FeedForward(Module):
         _, act_b = ACTIVATIONS[self.activation]
         grads: dict = {}
         da, g2 = self.linear2.backward(dy, c2)
-        da, _ = self.dropout.backward(da, cd)
+        da, _ = self.dropout.backward(da, cd, out=da)              # in place: da is linear2's fresh dx
         dh = act_b(da, ca)
         dx, g1 = self.linear1.backward(dh, c1)
         add_grads(grads, g1, "linear1")

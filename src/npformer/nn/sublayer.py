@@ -37,11 +37,11 @@ def sublayer_forward(x, fn, norm, dropout, norm_first: bool, rng=None, fast: boo
     if norm_first:
         h, cn = _norm(norm, x, fast, in_place=False)               # (..., E); x stays for the residual
         y, cf = fn(h)                                              # (..., E)
-        y, cd = (y, None) if fast else dropout.forward(y, rng)
+        y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)   # in place: y is F's fresh output
         y += x                                                     # x + Dropout(F(LN(x)))
         return y, SublayerCache(cn, cf, cd)
     y, cf = fn(x)                                                  # (..., E)
-    y, cd = (y, None) if fast else dropout.forward(y, rng)
+    y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)  # in place: y is F's fresh output
     y += x                                                         # x + Dropout(F(x)), a fresh array
     out, cn = _norm(norm, y, fast, in_place=True)                  # LN(x + Dropout(F(x)))
     return out, SublayerCache(cn, cf, cd)

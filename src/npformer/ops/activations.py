@@ -194,8 +194,10 @@ def relu_forward(x: np.ndarray):
 
 
 def relu_backward(dy: np.ndarray, cache) -> np.ndarray:
+    """dx = dy where x > 0, else 0. A multiply by the boolean mask: numpy's ``where`` with a scalar
+    takes a loop several times slower. (An inf or NaN in dy where x <= 0 gives NaN, not 0.)"""
     x = cache
-    return np.where(x > 0, dy, dy.dtype.type(0))
+    return dy * (x > 0)                                           # (...) dy's dtype
 
 
 def gelu_forward(x: np.ndarray):

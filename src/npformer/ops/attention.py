@@ -54,15 +54,17 @@ def attention_forward(q, k, v, mask=None, causal=False, bias=None,
         cm = causal_mask(q.shape[-2], k.shape[-2])               # (Tq, Tk)
         mask = cm if mask is None else (mask & cm)
     if mask is not None:
-        np.copyto(scores, -np.inf, where=~mask)
+        # an additive 0 / -inf mask, made at the mask's own (broadcast) size: a masked copyto
+        # over every score takes numpy's slow masked loop
+        scores += np.where(mask, scores.dtype.type(0), scores.dtype.type(-np.inf))
     weights, _ = softmax_forward(scores, out=scores)              # (..., Tq, Tk), in place
     drop = None
     used = weights
     if dropout_p > 0.0:
         if rng is None:
             raise ValueError("attention dropout needs an explicit rng")
-        keep = rng.random(weights.shape) >= dropout_p            # (..., Tq, Tk)
-        drop = keep.astype(weights.dtype) / weights.dtype.type(1.0 - dropout_p)
+        keep = rng.random(weights.shape, dtype=np.float32) >= np.float32(dropout_p)  # (..., Tq, Tk)
+        drop = keep * weights.dtype.type(1.0 / (1.0 - dropout_p))   # (..., Tq, Tk) 0 or 1 / (1 - p)
         used = weights * drop
     out = np.matmul(used, v)                                     # (..., Tq, Dv)
     cache = (q, k, v, weights, drop, scale)
@@ -84,8 +86,8 @@ def attention_backward(dout: np.ndarray, cache):
     q, k, v, weights, drop, scale = cache
     used = weights if drop is None else weights * drop
     dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
-    dw = attention_weights_grad(dout, cache)                     # (..., Tq, Tk)
-    ds = softmax_backward(dw, weights)                           # (..., Tq, Tk)
+    dw = attention_weights_grad(dout, cache)                     # (..., Tq, Tk), a fresh array
+    ds = softmax_backward(dw, weights, out=dw)                   # (..., Tq, Tk), in place: dw is ours
     ds *= q.dtype.type(scale)
     dq = np.matmul(ds, k)                                        # (..., Tq, D)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)

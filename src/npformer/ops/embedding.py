@@ -12,9 +12,16 @@ def embedding_forward(ids: np.ndarray, weight: np.ndarray):
     return weight[ids], (ids, weight.shape)                       # (..., C)
 
 
-def embedding_backward(dout: np.ndarray, cache) -> np.ndarray:
-    """Returns dweight (V, C); rows of ids that repeat get the sum of their gradients."""
+def embedding_backward(dout: np.ndarray, cache, dweight: np.ndarray | None = None) -> np.ndarray:
+    """Returns dweight (V, C); rows of ids that repeat get the sum of their gradients.
+
+    dweight: a (V, C) gradient to add the rows into, in place, and return: a tied table's, which
+    already holds the output projection's (paper 3.4). Only the looked-up rows are touched, so a
+    large vocabulary costs no second (V, C) table. None: start from zeros."""
     ids, shape = cache
-    dweight = np.zeros(shape, dtype=dout.dtype)                   # (V, C)
+    if dweight is None:
+        dweight = np.zeros(shape, dtype=dout.dtype)               # (V, C)
+    elif dweight.shape != shape or dweight.dtype != dout.dtype:
+        raise ValueError(f"dweight must be {shape} {dout.dtype} to add into, got {dweight.shape} {dweight.dtype}")
     np.add.at(dweight, ids.reshape(-1), dout.reshape(-1, shape[1]))
     return dweight

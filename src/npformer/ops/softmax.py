@@ -28,11 +28,14 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None):
     return y, y
 
 
-def softmax_backward(dy: np.ndarray, cache) -> np.ndarray:
-    """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian."""
+def softmax_backward(dy: np.ndarray, cache, out: np.ndarray | None = None) -> np.ndarray:
+    """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
+    ``out`` may be ``dy`` itself to work in place."""
     y = cache
     inner = np.einsum("...i,...i->...", dy, y)[..., None]   # (..., 1)
-    return y * (dy - inner)                                 # (..., N)
+    dx = np.subtract(dy, inner, out=out)                    # (..., N)
+    dx *= y
+    return dx
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
