@@ -232,6 +232,12 @@ class SentenceEncoder:
                 out[i] = st
         return out
 
+    def describe_threads(self) -> str:
+        """How ``encode`` runs by default, in words (for benchmarks)."""
+        n = default_threads()
+        return (f"{n} Python thread(s) over pieces of each batch, the BLAS on one thread meanwhile" if n > 1
+                else "one thread, the BLAS on one thread")
+
     def __repr__(self) -> str:
         cfg = self.model.config
         return (f"SentenceEncoder({self.path}, {cfg.num_hidden_layers} layers, E={cfg.hidden_size}, "
