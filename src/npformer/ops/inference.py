@@ -119,6 +119,7 @@ def gelu_inference_(x: np.ndarray) -> np.ndarray:
     u, p, q = (np.empty(m, dtype=np.float32) for _ in range(3))    # (m,) scratch
     u_max, one = np.full(m, 32.0, dtype=np.float32), np.ones(m, dtype=np.float32)  # as gelu_forward
     tail = np.empty(m, dtype=bool)                                 # (m,)
+    tail_at, tail_x = [], []                                        # the tail's positions and x, all blocks
     with np.errstate(over="ignore"):
         for start in range(0, flat.size, _BLOCK):
             xs = flat[start:start + _BLOCK]                         # (b,) view
@@ -132,9 +133,13 @@ def gelu_inference_(x: np.ndarray) -> np.ndarray:
             pb /= qb                                                # Phi - 1/2
             pb += np.float32(0.5)
             np.minimum(pb, one[:b], out=pb)                         # large x: Phi = 1 exactly
-            np.less(xs, _GELU_TAIL32, out=tb)                       # large -x: Phi from the tail
-            idx = np.flatnonzero(tb) if tb.any() else None
-            if idx is not None:
-                pb[idx] = _normal_cdf_tail32(xs[idx])
+            np.less(xs, _GELU_TAIL32, out=tb)                       # large -x: redone below, from x
+            if tb.any():
+                idx = np.flatnonzero(tb)                            # (n,)
+                tail_at.append(idx + start)
+                tail_x.append(xs[idx])
             xs *= pb
+    if tail_at:                                                     # one tail evaluation for all blocks
+        xt = np.concatenate(tail_x)                                 # (n,)
+        flat[np.concatenate(tail_at)] = xt * _normal_cdf_tail32(xt)
     return x
