@@ -14,7 +14,9 @@ calls the layer's own ``block`` (nn/sublayer.py), with ``fast=True`` for the in-
 Packed: S sequences stand one after another in the rows of one (N, E) array, sequence i in rows
 offsets[i]:offsets[i + 1] (offsets (S + 1,) from 0 to N; None: all N rows are one sequence).
 Each sequence attends to its own rows only, so nothing is padded and nothing is masked, and the
-result equals the padded batch's forward with a key padding mask, to float rounding.
+result equals the padded batch's forward with a key padding mask, to float rounding. Consecutive
+sequences of one length share their attention's batched products (``equal_length_runs``), and the
+products with the weights read W^T stored contiguous when ``transposed_weights`` is passed.
 Pinned by tests/nn/test_inference.py (float64, random weights, 1e-12) and end to end by
 tests/pretrained/test_parity.py (all-MiniLM-L6-v2 against transformers' BertModel).
 

@@ -6,7 +6,8 @@ The directory's modules.json says which steps run (Transformer, Pooling, Normali
 1_Pooling/config.json how to pool, sentence_bert_config.json the maximum length.
 Texts are sorted by length and cut into batches, as sentence-transformers does; a batch
 then runs packed, its texts' tokens one after another with no padding and no mask
-(``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``).
+(``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``);
+small work (a query: ``SMALL_WORK_TOKENS``) runs on the calling thread, the BLAS on one thread.
 The rows come back in input order. ``encode_stream`` does the same a chunk of texts at a time,
 for inputs too large to hold at once.
 Dimension legend: N texts, n tokens of a piece, b texts of a piece, E hidden size.
