@@ -9,13 +9,15 @@ import npformer.ops
 from npformer.nn import Encoder, FeedForward, LayerNorm, Linear, MultiHeadAttention, padding_mask
 from npformer.nn.inference import (
     encoder_packed,
+    equal_length_runs,
     feedforward_packed,
     layernorm_packed,
     linear_packed,
     self_attention_packed,
+    transposed_weights,
 )
-from npformer.ops import attention_forward, layernorm_forward, softmax_forward
-from npformer.ops.inference import attention_inference, layernorm_inference, softmax_numerator_
+from npformer.ops import attention_forward, gelu_forward, layernorm_forward, softmax_forward
+from npformer.ops.inference import attention_inference, gelu_inference_, layernorm_inference, softmax_numerator_
 from random_params import randomize
 
 TOL = 1e-12
@@ -145,3 +147,58 @@ def test_linear_packed_into_out(rng, bias):
     buf = np.full((3, 5, 4), np.nan)                                  # (B, T, O)
     out = linear_packed(lin, x, out=buf)
     assert out is buf and max_rel(out, lin.forward(x)[0]) < TOL
+
+
+def test_gelu_inference_in_place_equals_gelu_forward(rng):
+    """Same float32 formula step for step, tail (x < -2 sqrt 2) and saturation included."""
+    x = np.concatenate([rng.normal(size=70000) * 3, [-40.0, -6.0, -2.83, -2.82, 0.0, 5.0, 40.0]])
+    x = x.astype(np.float32).reshape(-1, 7)                           # (N, 7): blocks of 32768 and a rest
+    ref, _ = gelu_forward(x)
+    buf = x.copy()
+    out = gelu_inference_(buf)
+    assert out is buf and out.dtype == np.float32
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-12)
+    with pytest.raises(TypeError, match="C-contiguous float32"):
+        gelu_inference_(x.astype(np.float64))
+
+
+def test_equal_length_runs():
+    offsets = np.cumsum([0, 4, 4, 4, 2, 2, 7, 1, 1, 4])
+    assert equal_length_runs(offsets) == [(0, 12, 4), (12, 4, 2), (16, 7, 7), (23, 2, 1), (25, 4, 4)]
+    assert equal_length_runs([0, 5]) == [(0, 5, 5)] and equal_length_runs([0]) == []
+
+
+def test_self_attention_packed_runs_of_equal_lengths(rng):
+    """Sequences sorted by length share batched products (equal_length_runs): still each
+    sequence attends to its own rows only, as the padded batch with a key padding mask."""
+    mha = randomize(MultiHeadAttention(12, 3, rng=rng).astype(np.float64).eval(), rng)
+    lengths = [6, 6, 6, 3, 3, 1, 1, 1, 5]
+    t = max(lengths)
+    x = rng.normal(size=(len(lengths), t, 12))                       # (B, T, E)
+    ids = np.array([[1] * n + [0] * (t - n) for n in lengths])
+    ref, _ = mha.forward(x, mask=padding_mask(ids, 0))
+    packed = np.concatenate([x[i, :n] for i, n in enumerate(lengths)])  # (N, E)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for weights in (None, transposed_weights(mha)):
+        out, _ = self_attention_packed(mha, packed, offsets, weights=weights)
+        for i, n in enumerate(lengths):
+            assert max_rel(out[offsets[i]:offsets[i + 1]], ref[i, :n]) < TOL
+
+
+def test_encoder_packed_with_transposed_weights(rng):
+    """W^T stored contiguous (transposed_weights): the same numbers as the modules' own weights,
+    float64 and float32 (in-place GELU) alike."""
+    enc = Encoder(2, 16, 4, 24, activation="gelu", norm_first=False, final_norm=False, eps=1e-12,
+                  rng=rng).astype(np.float64).eval()
+    randomize(enc, rng)
+    weights = transposed_weights(enc)
+    assert len(weights) == 2 * 4 and all(w.flags.c_contiguous for w in weights.values())
+    lengths = [5, 5, 2, 9]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    x = rng.normal(size=(offsets[-1], 16))                             # (N, E)
+    ref, _ = encoder_packed(enc, x, offsets)
+    out, _ = encoder_packed(enc, x, offsets, weights)
+    assert max_rel(out, ref) < TOL
+    enc32 = enc.astype(np.float32)
+    out32, _ = encoder_packed(enc32, x.astype(np.float32), offsets, transposed_weights(enc32))
+    assert out32.dtype == np.float32 and max_rel(out32, ref) < 1e-5

@@ -3,6 +3,7 @@
     attention_inference  mirrors  ops/attention.py  attention_forward  (no mask, no dropout, no weights)
     layernorm_inference  mirrors  ops/layernorm.py  layernorm_forward  (no cache; in place if asked)
     softmax_numerator_   mirrors  ops/softmax.py    softmax_forward    (the numerator only, in place)
+    gelu_inference_      mirrors  ops/activations.py gelu_forward      (float32, in place, no cache)
 
 Same formulas, no caches: they work in blocks that stay in the L2 cache and write into given
 buffers. tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
@@ -17,6 +18,8 @@ Dimension legend:
 from __future__ import annotations
 
 import numpy as np
+
+from .activations import _BLOCK, _GELU_TAIL32, _PG32, _QG32, _horner, _normal_cdf_tail32
 
 # Inference attention takes queries in blocks of about this many (query, key, feature) products
 # per head: a block's scores (rows x Tk per head) then stay in the L2 cache through max, exp and
@@ -99,3 +102,44 @@ def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps
         yb *= weight
         yb += bias
     return out
+
+
+def gelu_inference_(x: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU in place, float32, no cache: x (...) <- x Phi(x); returns x.
+
+    ``gelu_forward``'s float32 formula step for step (Phi = 1/2 + x Pg(u) / Qg(u), u = min(x^2, 32),
+    capped at 1; below -2 sqrt(2) Phi from the erfc tail), written over x in cache-sized blocks:
+    no (N,) outputs, Phi or mask arrays are made, which for a (rows, d_ff) block of a feed-forward
+    layer is most of gelu_forward's cost besides the arithmetic. x must be C-contiguous float32.
+    """
+    if x.dtype != np.float32 or not x.flags.c_contiguous:
+        raise TypeError(f"gelu_inference_ needs a C-contiguous float32 array, got {x.dtype}")
+    flat = x.reshape(-1)                                            # (N,) view
+    m = min(flat.size, _BLOCK)
+    u, p, q = (np.empty(m, dtype=np.float32) for _ in range(3))    # (m,) scratch
+    u_max, one = np.full(m, 32.0, dtype=np.float32), np.ones(m, dtype=np.float32)  # as gelu_forward
+    tail = np.empty(m, dtype=bool)                                 # (m,)
+    tail_at, tail_x = [], []                                        # the tail's positions and x, all blocks
+    with np.errstate(over="ignore"):
+        for start in range(0, flat.size, _BLOCK):
+            xs = flat[start:start + _BLOCK]                         # (b,) view
+            b = xs.size
+            ub, pb, qb, tb = u[:b], p[:b], q[:b], tail[:b]
+            np.multiply(xs, xs, out=ub)
+            np.minimum(ub, u_max[:b], out=ub)
+            _horner(pb, ub, _PG32)
+            _horner(qb, ub, _QG32)
+            pb *= xs
+            pb /= qb                                                # Phi - 1/2
+            pb += np.float32(0.5)
+            np.minimum(pb, one[:b], out=pb)                         # large x: Phi = 1 exactly
+            np.less(xs, _GELU_TAIL32, out=tb)                       # large -x: redone below, from x
+            if tb.any():
+                idx = np.flatnonzero(tb)                            # (n,)
+                tail_at.append(idx + start)
+                tail_x.append(xs[idx])
+            xs *= pb
+    if tail_at:                                                     # one tail evaluation for all blocks
+        xt = np.concatenate(tail_x)                                 # (n,)
+        flat[np.concatenate(tail_at)] = xt * _normal_cdf_tail32(xt)
+    return x

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..nn import Embedding, Encoder, LayerNorm, Module
-from ..nn.inference import encoder_packed, layernorm_packed
+from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
@@ -127,7 +127,12 @@ class BertModel(Module):
                                            cfg.intermediate_size, dropout=0.0, activation="gelu",
                                            norm_first=False, final_norm=False, eps=cfg.layer_norm_eps,
                                            rng=rng, dtype=dtype))
+        self._weights_t: dict | None = None     # transposed_weights(self.encoder), made by the first infer
         self.eval()
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        self._weights_t = None                  # new weights: infer transposes them again
+        super().load_state_dict(state, strict)
 
     def forward(self, ids: np.ndarray, attention_mask: np.ndarray | None = None,
                 token_type_ids: np.ndarray | None = None):
@@ -158,7 +163,9 @@ class BertModel(Module):
 
         Returns (h (N, E), offsets (S + 1,)): sequence i's hidden states are rows
         offsets[i]:offsets[i + 1]. Same numbers as ``forward`` with a padding mask, to float
-        rounding, with no work on padding and no mask.
+        rounding, with no work on padding and no mask. The first call keeps a transposed copy
+        of the encoder's weights (``transposed_weights``); ``load_state_dict`` drops it, while
+        weights edited in place afterwards are not seen.
         """
         lengths = np.array([len(s) for s in seqs])                         # (S,)
         if lengths.min(initial=1) < 1 or lengths.max(initial=0) > self.config.max_position_embeddings:
@@ -168,7 +175,9 @@ class BertModel(Module):
         ids = np.concatenate(seqs)                                         # (N,)
         positions = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)  # (N,) 0.. within each
         x = self.embeddings.infer(ids, positions)                          # (N, E)
-        h, _ = encoder_packed(self.encoder, x, offsets)                    # (N, E)
+        if self._weights_t is None:                                        # once: W^T contiguous, for speed
+            self._weights_t = transposed_weights(self.encoder)
+        h, _ = encoder_packed(self.encoder, x, offsets, self._weights_t)   # (N, E)
         return h, offsets
 
 

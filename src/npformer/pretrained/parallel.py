@@ -43,12 +43,14 @@ def _blas_limited(n: int):
         yield
 
 
-def map_threads(fn, items: list, threads: int):
+def map_threads(fn, items: list, threads: int, one_blas_thread: bool = False):
     """Yields fn(item) for each item, in order, computed on ``threads`` threads when threads > 1,
-    with the BLAS on one thread until the last result is taken."""
+    with the BLAS on one thread until the last result is taken. Inline (on the calling thread)
+    otherwise, with the BLAS on its own threads unless ``one_blas_thread``."""
     if threads <= 1 or len(items) <= 1:
-        for item in items:
-            yield fn(item)
+        with _blas_limited(1) if one_blas_thread else contextlib.nullcontext():
+            for item in items:
+                yield fn(item)
         return
     with _blas_limited(1):
         pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
