@@ -586,19 +586,10 @@
 
   function maxOf(a) { let m = 0; for (let i = 0; i < a.length; i++) if (a[i] > m) m = a[i]; return m; }
 
-  // 4.2 Model view: every layer x head as a small heatmap (rows: queries, columns: keys).
-  function modelView(section) {
-    const g = group();
-    const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
-    const L = g.n_layers, H = g.n_heads;
-    const cell = Math.max(48, Math.min(96, Math.floor(1000 / H) - 8)), pad = 8, left = 36, top = 22;
-    section.appendChild(el("p", { class: "hint", text:
-      g.name + ": every layer (rows) and head (columns); each square is the (query x key) attention " +
-      "map, darker is more weight, each square scaled to its own largest weight. Click one to open it in the head view." }));
+  // A grid of small heatmaps, layers in rows and heads in columns, labelled "L0.." and "H0..";
+  // mapOf(l, h) gives one (Tq x Tk) map, each drawn scaled to its own largest weight.
+  function drawHeadGrid(ctx, L, H, Tq, Tk, mapOf, cell, pad, left, top) {
     const width = left + H * (cell + pad), height = top + L * (cell + pad);
-    const c = makeCanvas(width, height);
-    c.id = "model-canvas";
-    const ctx = c._ctx;
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, width, height);
     ctx.font = "12px system-ui, sans-serif";
@@ -608,13 +599,30 @@
       ctx.fillStyle = "#5f6b76";
       ctx.fillText("L" + l, 4, top + l * (cell + pad) + cell / 2 + 4);
       for (let h = 0; h < H; h++) {
-        const W = headWeights(g, l, h);
-        drawMap(ctx, W, Tq, Tk, left + h * (cell + pad), top + l * (cell + pad), cell, Math.max(maxOf(W), 1e-12));
-        if (l === S.layer && S.heads.has(h)) {
-          ctx.strokeStyle = headColour(h);
-          ctx.lineWidth = 2;
-          ctx.strokeRect(left + h * (cell + pad) - 2, top + l * (cell + pad) - 2, cell + 4, cell + 4);
-        }
+        const M = mapOf(l, h);
+        drawMap(ctx, M, Tq, Tk, left + h * (cell + pad), top + l * (cell + pad), cell, Math.max(maxOf(M), 1e-12));
+      }
+    }
+  }
+
+  // 4.2 Model view: every layer x head as a small heatmap (rows: queries, columns: keys).
+  function modelView(section) {
+    const g = group();
+    const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
+    const L = g.n_layers, H = g.n_heads;
+    const cell = Math.max(48, Math.min(96, Math.floor(1000 / H) - 8)), pad = 8, left = 36, top = 22;
+    section.appendChild(el("p", { class: "hint", text:
+      g.name + ": every layer (rows) and head (columns); each square is the (query x key) attention " +
+      "map, darker is more weight, each square scaled to its own largest weight. Click one to open it in the head view." }));
+    const c = makeCanvas(left + H * (cell + pad), top + L * (cell + pad));
+    c.id = "model-canvas";
+    drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => headWeights(g, l, h), cell, pad, left, top);
+    const ctx = c._ctx;
+    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+      if (l === S.layer && S.heads.has(h)) {                       // the heads the head view shows
+        ctx.strokeStyle = headColour(h);
+        ctx.lineWidth = 2;
+        ctx.strokeRect(left + h * (cell + pad) - 2, top + l * (cell + pad) - 2, cell + 4, cell + 4);
       }
     }
     c.addEventListener("click", (ev) => {
@@ -1072,37 +1080,25 @@
       "evaluation while the model trained. Drag the slider from step " + tr.steps[0] + " to " + tr.steps[Sn - 1] + "." }));
     section.appendChild(el("div", null, [slider, " ", label]));
     const cell = Math.max(40, Math.min(80, Math.floor(900 / H) - 8)), pad = 8, left = 36, top = 22;
-    const width = left + H * (cell + pad), height = top + L * (cell + pad);
-    const c = makeCanvas(width, height);
+    const c = makeCanvas(left + H * (cell + pad), top + L * (cell + pad));
     c.id = "train-canvas";
     section.appendChild(c);
     S.canvas = c;
+    // the (Tq x Tk) map of layer l, head h at saved step s: W is (S, L, H, Tq, Tk)
+    const mapAt = (s, l, h) => {
+      const off = (((s * L + l) * H + h) * Tq) * Tk;
+      return W.data.subarray(off, off + Tq * Tk);
+    };
     function draw() {
       const s = S.trainStep;
       label.textContent = "step " + tr.steps[s];
-      const ctx = c._ctx;
-      ctx.fillStyle = "#fff";
-      ctx.fillRect(0, 0, width, height);
-      ctx.fillStyle = "#5f6b76";
-      ctx.font = "12px system-ui, sans-serif";
-      for (let h = 0; h < H; h++) ctx.fillText("H" + h, left + h * (cell + pad) + cell / 2 - 8, 14);
-      for (let l = 0; l < L; l++) {
-        ctx.fillStyle = "#5f6b76";
-        ctx.fillText("L" + l, 4, top + l * (cell + pad) + cell / 2 + 4);
-        for (let h = 0; h < H; h++) {
-          const off = (((s * L + l) * H + h) * Tq) * Tk;
-          const M = W.data.subarray(off, off + Tq * Tk);
-          drawMap(ctx, M, Tq, Tk, left + h * (cell + pad), top + l * (cell + pad), cell, Math.max(maxOf(M), 1e-12));
-        }
-      }
+      drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => mapAt(s, l, h), cell, pad, left, top);
     }
     slider.addEventListener("input", () => { S.trainStep = +slider.value; draw(); });
     draw();
     return () => ({ view: "training", step: tr.steps[S.trainStep], group: tr.group, query_tokens: tr.query_tokens,
-                    key_tokens: tr.key_tokens, weights: Array.from({ length: L }, (_, l) => Array.from({ length: H }, (_, h) => {
-                      const off = (((S.trainStep * L + l) * H + h) * Tq) * Tk;
-                      return rowsOf(W.data.subarray(off, off + Tq * Tk), Tq, Tk);
-                    })) });
+                    key_tokens: tr.key_tokens, weights: Array.from({ length: L }, (_, l) => Array.from({ length: H },
+                      (_, h) => rowsOf(mapAt(S.trainStep, l, h), Tq, Tk))) });
   }
 
   // 4.8 Head statistics: entropy, mean attended distance, weight on the first token; sortable,
