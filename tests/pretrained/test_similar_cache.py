@@ -1,11 +1,14 @@
 """npformer similar's cache of corpus embeddings: written next to the corpus on the first search,
 read (only the queries embedded) on the next, rewritten when the corpus or the model changes,
 a plain .npz without pickles, and a broken cache file is recomputed, never trusted."""
+import io
+
 import numpy as np
 import pytest
 
-from npformer.cli import main
-from npformer.cli.similar import cache_path, model_key, top_k
+from npformer.cli import CLIError, main
+from npformer.cli.embed import _lines
+from npformer.cli.similar import cache_path, model_key, split_lines, top_k
 from npformer.pretrained import encoder as encoder_module
 from oracles import minilm_dir
 
@@ -91,3 +94,19 @@ def test_top_k_best_first_ties_by_line():
     s = rng.normal(size=(3, 200)).astype(np.float32)
     for row, best in zip(s, top_k(s, 7), strict=True):
         assert list(best) == list(np.argsort(-row, kind="stable")[:7])
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"a\nb", b"a\nb\n", b"a\r\nb\r\n\n", b"\xef\xbb\xbf", b"\xef\xbb\xbf\n",
+                                  b"\xef\xbb\xbfa\nb", "caf\u00e9\n\u4e2d\r\n  \n".encode(), b"x\r", b"\r\n\r\n"])
+def test_split_lines_is_embeds_line_reader(data):
+    """similar's whole-file splitter (its fast twin) gives embed's line reader's lines."""
+    assert split_lines(data, "c.txt") == list(_lines(io.BytesIO(data), "c.txt", "--corpus"))
+
+
+def test_split_lines_reports_bad_utf8_as_embed_does():
+    data = b"ok\nbad \xff here\n"
+    with pytest.raises(CLIError) as a:
+        split_lines(data, "c.txt")
+    with pytest.raises(CLIError) as b:
+        list(_lines(io.BytesIO(data), "c.txt", "--corpus"))
+    assert str(a.value) == str(b.value) and "at byte 7" in str(a.value)
