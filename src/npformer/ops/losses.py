@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import workspace
+
 
 def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
                           ignore_index: int = -100, label_smoothing: float = 0.0):
@@ -27,7 +29,7 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     # s = sum_c exp(z), -log p[n, c] = log s - z[n, c], so the loss needs only z at the targets
     # (and the row mean of z for smoothing), taken before the exp overwrites z.
     m = logits.max(axis=-1, keepdims=True)                         # (N, 1)
-    z = np.subtract(logits, m)                                     # (N, C) <= 0: exp cannot overflow
+    z = np.subtract(logits, m, out=workspace.empty(logits.shape, logits.dtype))  # (N, C) <= 0: exp cannot overflow
     safe_t = np.where(valid, targets, 0)                           # (N,)
     z_t = z[np.arange(n), safe_t]                                  # (N,)
     z_mean = z.mean(axis=-1) if label_smoothing > 0.0 else None    # (N,)
@@ -53,7 +55,7 @@ def cross_entropy_backward(dloss, cache) -> np.ndarray:
     n, c = e.shape
     f = e.dtype.type
     r = (valid * (f(dloss) / f(max(count, 1)))).astype(e.dtype)    # (N,) each row's weight, 0 if ignored
-    dlogits = e * (r / s)[:, None]                                 # (N, C) = softmax * r, one pass
+    dlogits = np.multiply(e, (r / s)[:, None], out=workspace.empty(e.shape, e.dtype))  # (N, C) = softmax * r
     dlogits[np.arange(n), safe_t] -= (1 - eps) * r
     if eps > 0:
         dlogits -= (eps / f(c) * r)[:, None]

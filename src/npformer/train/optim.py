@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..ops import workspace
+
 
 class Adam:
     """Adam over a flat dict of named arrays (a model's ``state_dict()``).
@@ -75,19 +77,25 @@ class Adam:
                 raise ValueError(f"grad {k} has shape {g.shape}, parameter has {p.shape}")
             f = p.dtype.type                                             # python floats -> the param dtype
             wd = self.weight_decay if self.decay[k] else 0.0
+            # two scratch arrays like p; large ones are reused from step to step (ops/workspace.py)
+            s = workspace.empty(p.shape, p.dtype)
+            denom = workspace.empty(p.shape, p.dtype)
             if wd and self.decoupled:
                 p *= f(1.0 - lr * wd)                                    # AdamW: shrink p directly
-            elif wd:
-                g = g + f(wd) * p                                        # Adam: L2 term joins the gradient
+            elif wd:                                                     # Adam: L2 term joins the gradient
+                g = np.add(g, np.multiply(f(wd), p, out=denom), out=denom)   # (denom is free until below)
             m, v = self.m[k], self.v[k]
             m *= f(b1)
-            m += f(1.0 - b1) * g
+            m += np.multiply(f(1.0 - b1), g, out=s)
             v *= f(b2)
-            v += f(1.0 - b2) * (g * g)
-            denom = np.sqrt(v)                                           # like p
+            v += np.multiply(f(1.0 - b2), np.multiply(g, g, out=s), out=s)
+            np.sqrt(v, out=denom)                                        # like p
             denom /= f(sqrt_bc2)
             denom += f(self.eps)
-            p -= f(lr / bc1) * m / denom
+            s = np.multiply(f(lr / bc1), m, out=s)
+            s /= denom
+            p -= s
+            del g, s, denom                                              # free for the next parameter
 
     # -- state, as a flat dict of arrays (saved with safetensors) -----------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
