@@ -22,8 +22,8 @@ def make_seq2seq(dtype=np.float64, norm_first=False, shared=True, seed=0, vocab=
 
 
 def make_lm(dtype=np.float64, norm_first=True, tie=True, pad_id=-1, seed=0, vocab=12,
-            positional="learned"):
-    cfg = DecoderLMConfig(vocab_size=vocab, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=40,
+            positional="learned", max_len=40):
+    cfg = DecoderLMConfig(vocab_size=vocab, d_model=16, n_heads=2, d_ff=32, n_layers=2, max_len=max_len,
                           dropout=0.1, norm_first=norm_first, tie_output=tie, pad_id=pad_id,
                           positional=positional)
     model = randomize(DecoderLM(cfg, seed, dtype=dtype).eval(), np.random.default_rng(seed + 100))

@@ -60,6 +60,32 @@ def test_lm_cache_equals_full_forward(dtype, norm_first, tie, pad_id, positional
     _close(inc, full, dtype)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_long_prompt_prefills_through_the_tiled_kernel(dtype, rng, monkeypatch):
+    """A prompt with t * t >= TILED_MIN_SCORES runs the tiled kernel (no (t, t) mask or scores),
+    and its logits, and the steps after it, equal the full forward's."""
+    import npformer.decode.kvcache as kvcache
+    from npformer.nn.attention import TILED_MIN_SCORES
+
+    t = 520
+    assert t * t >= TILED_MIN_SCORES
+    model = make_lm(dtype, norm_first=False, tie=True, pad_id=0, positional="sinusoidal", max_len=t + 8)
+    ids = rng.integers(1, 12, (2, t + 3))
+    ids[1, 5] = 0                                         # a padded key inside the prompt
+    calls = []
+    real = kvcache.flash_attention_forward
+
+    def spy(q, k, v, **kw):
+        calls.append((q.shape, kw["causal"], kw["mask"].shape))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(kvcache, "flash_attention_forward", spy)
+    full, _ = model.forward(ids)
+    inc = _incremental(make_stepper(model, batch=2), ids, [t, 1, 2])
+    assert calls == [((2, 2, t, 8), True, (2, 1, 1, t))] * 2  # the prompt, in both layers; not the steps
+    _close(inc, full, dtype)
+
+
 def test_cached_and_uncached_decoding_give_the_same_tokens(rng):
     model = make_seq2seq(np.float32)
     src = sources(rng, b=5)

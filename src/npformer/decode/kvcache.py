@@ -26,6 +26,11 @@ not twinned: each layer runs its own ``block`` (nn/sublayer.py) around these sub
 LayerNorm and residual of the full forward. Pinned by tests/decode/test_kvcache.py (cached logits
 equal the full forward's, both model kinds, post-LN and pre-LN, float64 and float32).
 
+A long first step (the prompt, t * t >= ``TILED_MIN_SCORES`` scores per head, into an empty cache)
+runs the tiled kernel (``ops/flash_attention.py``) with its own causal rule and the key-padding mask
+alone: neither the (B, 1, t, t) mask nor the (B, H, t, t) scores are built, so a prompt of 16,384
+positions prefills in O(t) memory per head. Steps after it attend one or a few rows, exactly.
+
 Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
 D head size, E model width, S source positions, p positions already cached, t new positions,
 V vocabulary.
@@ -37,8 +42,8 @@ from functools import partial
 import numpy as np
 
 from ..models.config import check_ids
-from ..nn.attention import merge_heads
-from ..ops import attention_forward, causal_mask
+from ..nn.attention import TILED_MIN_SCORES, merge_heads
+from ..ops import attention_forward, causal_mask, flash_attention_forward
 
 
 class KVCache:
@@ -93,6 +98,16 @@ class KVCache:
         causal = causal_mask(t, p + t, offset=p)                            # (t, p + t)
         return causal[None, None] & self.valid[:, None, None, :p + t]       # (B, 1, t, p + t)
 
+    def prefill_mask(self, t: int, valid_new: np.ndarray | None) -> np.ndarray:
+        """For t first positions into an empty cache: records ``valid_new`` (B, t) and returns the
+        key-padding mask alone, bool (B, 1, 1, t); the kernel applies the causal rule itself."""
+        if self.length:
+            raise ValueError(f"prefill_mask needs an empty cache, this one holds {self.length} positions")
+        self.check_room(t)
+        if valid_new is not None:
+            self.valid[:, :t] = valid_new
+        return self.valid[:, None, None, :t]                                # (B, 1, 1, t)
+
     def advance(self, t: int) -> None:
         """Mark ``t`` more positions as filled (after every layer has written them)."""
         self.check_room(t)
@@ -121,20 +136,25 @@ def _take_rows(buf: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
 
 # -- pieces shared by the two model kinds -----------------------------------------------------
 
-def attend(mha, q, k, v, mask):
+def attend(mha, q, k, v, mask, tiled: bool = False):
     """Attention of ready-made heads q (B, H, t, D) over k, v (B, H, n, D), then the output
     projection, as ``MultiHeadAttention.forward`` does after its input projections.
-    Returns (out (B, t, E), weights (B, H, t, n))."""
-    heads, weights, _ = attention_forward(q, k, v, mask=mask)               # (B, H, t, D)
+    tiled: the first t positions of a sequence (n = t): the tiled kernel, causal, ``mask`` the
+    key padding only. Returns (out (B, t, E), weights (B, H, t, n), None when tiled)."""
+    if tiled:
+        heads, _ = flash_attention_forward(q, k, v, mask=mask, causal=True)   # (B, H, t, D)
+        weights = None
+    else:
+        heads, weights, _ = attention_forward(q, k, v, mask=mask)           # (B, H, t, D)
     out, _ = mha.out_proj.forward(merge_heads(heads))                      # (B, t, E)
     return out, weights
 
 
-def cached_self_attention(mha, x, cache: KVCache, layer: int, mask):
+def cached_self_attention(mha, x, cache: KVCache, layer: int, mask, tiled: bool = False):
     """Self-attention of new positions x (B, t, E) over the cached past plus themselves."""
     q, k, v = mha.project_qkv(x)                                           # each (B, H, t, D)
     k_all, v_all = cache.write(layer, k, v)                                 # (B, H, p + t, D)
-    return attend(mha, q, k_all, v_all, mask)
+    return attend(mha, q, k_all, v_all, mask, tiled)
 
 
 def check_eval(model) -> None:
@@ -170,9 +190,15 @@ class _CachedDecoder:
         ids = check_ids(ids, "ids", self.vocab_size)
         t = ids.shape[1]
         x, _ = self.embed.forward(ids, offset=cache.length)                # (B, t, E)
-        mask = cache.self_mask(t, _valid(ids, self.model.config.pad_id))    # (B, 1, t, p + t)
+        tiled = cache.length == 0 and t * t >= TILED_MIN_SCORES            # a long prompt: O(t) memory
+        valid = _valid(ids, self.model.config.pad_id)                       # (B, t) or None
+        if tiled:
+            mask = cache.prefill_mask(t, valid)                             # (B, 1, 1, t)
+        else:
+            mask = cache.self_mask(t, valid)                                # (B, 1, t, p + t)
         for i, layer in enumerate(self.stack.layers):
-            self_attn = partial(cached_self_attention, layer.self_attn, cache=cache, layer=i, mask=mask)
+            self_attn = partial(cached_self_attention, layer.self_attn, cache=cache, layer=i, mask=mask,
+                                tiled=tiled)
             x, _ = self._block(i, layer, x, self_attn)                      # (B, t, E)
         cache.advance(t)
         if self.stack.norm is not None:
