@@ -66,6 +66,17 @@ def test_small_arrays_are_not_pooled_and_the_limit_holds():
     assert workspace.held_bytes() == 0                                 # limit 0: pooling off
 
 
+def test_an_array_nobody_asks_for_again_is_let_go(monkeypatch):
+    monkeypatch.setattr(workspace, "MAX_AGE", 64)
+    workspace.empty(BIG, np.float32)                     # made, then dropped by its user at once
+    old = workspace.held_bytes()
+    held = workspace.empty((2048, 1024), np.float32)     # in use the whole time: never let go
+    for _ in range(200):                                 # another job's shape, over and over
+        workspace.empty((1024, 1024), np.float64)
+    assert workspace.held_bytes() == held.nbytes + (8 << 20)   # the BIG one went, the held one stayed
+    assert old == 2 << 20
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, "1", True])
 def test_set_limit_names_its_argument(bad):
     with pytest.raises(ValueError, match="nbytes"):

@@ -13,9 +13,12 @@ view, since a view holds its base) is free. An array someone still holds is neve
 again, so results stay exactly as if every array were new; only the page faults go.
 
 Only arrays of at least ``MIN_BYTES`` are pooled (smaller ones come from malloc's own free
-lists), and the pool keeps at most ``limit_bytes()`` in all; past the limit, arrays nobody uses
-are dropped oldest first, and a request that still does not fit gets a plain ``np.empty``.
-``clear()`` drops every array the pool holds (the ones in use stay with their users).
+lists). An array nobody has asked for in the last ``MAX_AGE`` pooled requests is dropped once
+free (a step of the base model makes about 300 such requests), so the pool follows the work being
+done and lets go of an earlier job's shapes; it also keeps at most ``limit_bytes()`` in all, past
+which free arrays are dropped least recently used first, and a request that still does not fit
+gets a plain ``np.empty``. ``clear()`` drops every array the pool holds (the ones in use stay
+valid with their users).
 """
 from __future__ import annotations
 
@@ -25,13 +28,16 @@ import threading
 import numpy as np
 
 MIN_BYTES = 1 << 20                       # smaller arrays: malloc reuses its own free lists
-_LIMIT = 2 << 30                          # bytes the pool may hold, in use or free
+MAX_AGE = 4096                            # pooled requests after which an unasked-for free array goes
+_LIMIT = 1 << 30                          # bytes the pool may hold, in use or free
 # free-threaded builds count references per thread: the count cannot tell that an array is free
 _ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _lock = threading.Lock()
 _arrays: list[np.ndarray] = []            # the pool, least recently handed out first
+_last: list[int] = []                      # the request count at which each was last handed out
 _held = 0                                  # bytes in _arrays
+_tick = 0                                  # pooled requests so far
 
 
 def _refs(arrays: list, i: int) -> int:
@@ -53,37 +59,46 @@ def _free_index(shape: tuple, dtype: np.dtype) -> int:
     return -1
 
 
-def _drop_free(until: int) -> None:
-    """Drop arrays nobody holds, least recently used first, until at most ``until`` bytes are held."""
+def _drop_free(until: int, older_than: int | None = None) -> None:
+    """Drop arrays nobody holds, least recently used first, until at most ``until`` bytes are
+    held; with ``older_than``, only those last handed out before that request count."""
     global _held
     i = 0
     while i < len(_arrays) and _held > until:
+        if older_than is not None and _last[i] >= older_than:
+            break                                  # the rest were handed out more recently
         if _refs(_arrays, i) <= _FREE_REFS:
             _held -= _arrays.pop(i).nbytes
+            _last.pop(i)
         else:
             i += 1
 
 
 def empty(shape, dtype) -> np.ndarray:
     """``np.empty(shape, dtype)``, C-ordered, reusing a pooled array nobody holds when one fits."""
-    global _held
+    global _held, _tick
     dtype = np.dtype(dtype)
     shape = tuple(int(n) for n in (shape if isinstance(shape, tuple) else (shape,)))
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if not _ENABLED or nbytes < MIN_BYTES:
         return np.empty(shape, dtype)
     with _lock:
+        _tick += 1
+        if _tick % 64 == 0:
+            _drop_free(0, older_than=_tick - MAX_AGE)
         i = _free_index(shape, dtype)
         if i >= 0:
             a = _arrays.pop(i)
-            _arrays.append(a)                  # most recently used last
-            return a
-        if _held + nbytes > _LIMIT:
-            _drop_free(_LIMIT - nbytes)
-        a = np.empty(shape, dtype)
-        if _held + nbytes <= _LIMIT:
-            _arrays.append(a)
+            _last.pop(i)
+        else:
+            if _held + nbytes > _LIMIT:
+                _drop_free(_LIMIT - nbytes)
+            a = np.empty(shape, dtype)
+            if _held + nbytes > _LIMIT:
+                return a                           # does not fit: not pooled
             _held += nbytes
+        _arrays.append(a)                          # most recently handed out last
+        _last.append(_tick)
         return a
 
 
@@ -92,6 +107,7 @@ def clear() -> None:
     global _held
     with _lock:
         _arrays.clear()
+        _last.clear()
         _held = 0
 
 
@@ -106,7 +122,7 @@ def limit_bytes() -> int:
 
 def set_limit(nbytes: int) -> None:
     """Let the pool hold at most ``nbytes`` (0 turns pooling off); drops free arrays over it."""
-    global _LIMIT, _held
+    global _LIMIT
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
         raise ValueError(f"nbytes must be an int >= 0, got {nbytes!r}")
     with _lock:
