@@ -3,8 +3,8 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_long_attention.py
     (options: --lengths 1024,2048,4096,8192,16384 --exact-max 4096 --time-at 2048 --repeats 5
      --png long_attention.png --threads N; --crossover (attention op alone, T = 64..1,024, the
-     threshold nn/attention.py uses); --tune (block sizes at --time-at); a smoke test:
-     --lengths 256,512 --time-at 512 --repeats 2)
+     threshold nn/attention.py uses); --tune (block sizes at --time-at); --prefill (the KV cache's
+     first step on a T-token prompt, inference); a smoke test: --lengths 256,512 --time-at 512 --repeats 2)
 
 The step: a DecoderLM (d_model 128, 4 heads, 2 layers, d_ff 1024, vocabulary 256, learned
 positions, dropout 0.1, float32), batch 1, T tokens, forward, cross-entropy and backward
@@ -21,6 +21,12 @@ Time at --time-at: in this process, the two paths alternate (tiled, exact, tiled
 warm-up, without dropout so that both compute the same thing; the medians and their ratio are
 printed, and the run exits with status 1 when their losses or gradients differ. The attention op
 alone (forward and backward, causal, 4 heads of 32) is timed the same way.
+
+--prefill: the same model in eval mode, a KV cache's first step over a T-token prompt
+(``decode.make_stepper(model).step``), then one more token; fresh processes as above. "tiled" is
+what the cache picks for a long prompt, "exact" builds the (1, 1, T, T) mask and (1, 4, T, T)
+scores; the path is forced by ``npformer.decode.kvcache.TILED_MIN_SCORES``. Both paths' last
+logits must agree within 1e-4 at the lengths where both run (exit status 1 otherwise).
 """
 from __future__ import annotations
 
@@ -69,8 +75,50 @@ def child(t: int, path: str) -> None:
     print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds, "loss": loss}))
 
 
-def run_child(t: int, path: str, threads: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", str(t), path, "--threads", str(threads)]
+def prefill_child(t: int, path: str) -> None:
+    """In a fresh process: a KV cache's first step on T tokens and one step after it; prints
+    {"peak_mb", "seconds", "last"} (the second step's logits) as JSON."""
+    import npformer.decode.kvcache as kvcache
+    from npformer.decode import make_stepper
+
+    kvcache.TILED_MIN_SCORES = PATHS[path]
+    model = make_model(t + 1, dropout=0.1).eval()
+    ids = np.random.default_rng(1).integers(0, 256, size=(1, t + 1))     # (1, T + 1)
+    t0 = time.perf_counter()
+    stepper = make_stepper(model, batch=1)
+    stepper.step(ids[:, :t])                                              # (1, T, V): the prompt
+    last = stepper.step(ids[:, t:])                                       # (1, 1, V)
+    seconds = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds, "last": last.ravel().tolist()}))
+
+
+def prefill_table(lengths, exact_max: int, threads: int) -> bool:
+    print("\npeak resident memory and time of a KV cache's prefill on a T-token prompt, then one token "
+          "(fresh process each; the DecoderLM above in eval mode):")
+    print(f"  {'T':>6}  {'tiled MB':>9} {'tiled s':>8}  {'exact MB':>9} {'exact s':>8}")
+    ok = True
+    for t in lengths:
+        row = {"tiled": run_child(t, "tiled", threads, "--prefill-child")}
+        row["exact"] = (run_child(t, "exact", threads, "--prefill-child") if t <= exact_max
+                        else {"skipped": True})
+        cells = []
+        for p in ("tiled", "exact"):
+            r = row[p]
+            if "peak_mb" in r:
+                cells.append(f"{r['peak_mb']:9.0f} {r['seconds']:8.2f}")
+            else:
+                ok &= "skipped" in r
+                cells.append(f"{'(not run)' if 'skipped' in r else 'failed':>18}")
+        print(f"  {t:>6}  {cells[0]}  {cells[1]}", flush=True)
+        if "last" in row["tiled"] and "last" in row["exact"]:
+            diff = float(np.abs(np.subtract(row["tiled"]["last"], row["exact"]["last"])).max())
+            check(f"prefill at T={t}, next-token logits |tiled - exact|", diff, 1e-4)
+    return ok
+
+
+def run_child(t: int, path: str, threads: int, flag: str = "--child") -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), flag, str(t), path, "--threads", str(threads)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
@@ -195,14 +243,23 @@ def main() -> None:
     ap.add_argument("--png", default=None, help="draw memory and time against T into this PNG")
     ap.add_argument("--crossover", action="store_true", help="only: the op alone at T = 64..1,024")
     ap.add_argument("--tune", action="store_true", help="only: block sizes of the op at --time-at")
+    ap.add_argument("--prefill", action="store_true", help="only: the KV cache's prefill at --lengths")
     ap.add_argument("--child", nargs=2, metavar=("T", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--prefill-child", nargs=2, metavar=("T", "PATH"), help=argparse.SUPPRESS)
     add_threads_arg(ap)
     args = ap.parse_args()
     threads = set_threads(args.threads)
     if args.child:
         child(int(args.child[0]), args.child[1])
         return
+    if args.prefill_child:
+        prefill_child(int(args.prefill_child[0]), args.prefill_child[1])
+        return
     print_setup()
+    if args.prefill:
+        if not prefill_table([int(x) for x in args.lengths.split(",")], args.exact_max, threads):
+            raise SystemExit(1)
+        return
     if args.crossover:
         crossover(args.repeats)
         return
