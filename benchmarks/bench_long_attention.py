@@ -93,30 +93,6 @@ def prefill_child(t: int, path: str) -> None:
     print(json.dumps({"peak_mb": peak_kb / 1024, "seconds": seconds, "last": last.ravel().tolist()}))
 
 
-def prefill_table(lengths, exact_max: int, threads: int) -> bool:
-    print("\npeak resident memory and time of a KV cache's prefill on a T-token prompt, then one token "
-          "(fresh process each; the DecoderLM above in eval mode):")
-    print(f"  {'T':>6}  {'tiled MB':>9} {'tiled s':>8}  {'exact MB':>9} {'exact s':>8}")
-    ok = True
-    for t in lengths:
-        row = {"tiled": run_child(t, "tiled", threads, "--prefill-child")}
-        row["exact"] = (run_child(t, "exact", threads, "--prefill-child") if t <= exact_max
-                        else {"skipped": True})
-        cells = []
-        for p in ("tiled", "exact"):
-            r = row[p]
-            if "peak_mb" in r:
-                cells.append(f"{r['peak_mb']:9.0f} {r['seconds']:8.2f}")
-            else:
-                ok &= "skipped" in r
-                cells.append(f"{'(not run)' if 'skipped' in r else 'failed':>18}")
-        print(f"  {t:>6}  {cells[0]}  {cells[1]}", flush=True)
-        if "last" in row["tiled"] and "last" in row["exact"]:
-            diff = float(np.abs(np.subtract(row["tiled"]["last"], row["exact"]["last"])).max())
-            check(f"prefill at T={t}, next-token logits |tiled - exact|", diff, 1e-4)
-    return ok
-
-
 def run_child(t: int, path: str, threads: int, flag: str = "--child") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), flag, str(t), path, "--threads", str(threads)]
     res = subprocess.run(cmd, capture_output=True, text=True)
@@ -125,14 +101,19 @@ def run_child(t: int, path: str, threads: int, flag: str = "--child") -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def memory_table(lengths, exact_max: int, threads: int) -> dict:
-    print("\npeak resident memory of one training step (fresh process each; DecoderLM d_model 128, 4 heads, "
-          "2 layers, batch 1, float32, dropout 0.1):")
+STEP_TITLE = ("peak resident memory of one training step (fresh process each; DecoderLM d_model 128, 4 heads, "
+              "2 layers, batch 1, float32, dropout 0.1):")
+PREFILL_TITLE = ("peak resident memory and time of a KV cache's prefill on a T-token prompt, then one token "
+                 "(fresh process each; the DecoderLM above in eval mode):")
+
+
+def memory_table(lengths, exact_max: int, threads: int, flag: str = "--child", title: str = STEP_TITLE) -> dict:
+    print("\n" + title)
     print(f"  {'T':>6}  {'tiled MB':>9} {'tiled s':>8}  {'exact MB':>9} {'exact s':>8}")
     rows = {}
     for t in lengths:
-        row = {"tiled": run_child(t, "tiled", threads)}
-        row["exact"] = run_child(t, "exact", threads) if t <= exact_max else {"skipped": True}
+        row = {"tiled": run_child(t, "tiled", threads, flag)}
+        row["exact"] = run_child(t, "exact", threads, flag) if t <= exact_max else {"skipped": True}
         rows[t] = row
         cells = []
         for p in ("tiled", "exact"):
@@ -256,10 +237,6 @@ def main() -> None:
         prefill_child(int(args.prefill_child[0]), args.prefill_child[1])
         return
     print_setup()
-    if args.prefill:
-        if not prefill_table([int(x) for x in args.lengths.split(",")], args.exact_max, threads):
-            raise SystemExit(1)
-        return
     if args.crossover:
         crossover(args.repeats)
         return
@@ -267,11 +244,18 @@ def main() -> None:
         tune(args.time_at, args.repeats)
         return
     lengths = [int(x) for x in args.lengths.split(",")]
-    rows = memory_table(lengths, args.exact_max, threads)
-    op_times(args.time_at, args.repeats)
-    step_times(args.time_at, args.repeats)
-    if args.png:
-        draw(rows, args.png)
+    if args.prefill:
+        rows = memory_table(lengths, args.exact_max, threads, "--prefill-child", PREFILL_TITLE)
+        for t, row in rows.items():
+            if "last" in row["tiled"] and "last" in row["exact"]:
+                diff = float(np.abs(np.subtract(row["tiled"]["last"], row["exact"]["last"])).max())
+                check(f"prefill at T={t}, next-token logits |tiled - exact|", diff, 1e-4)
+    else:
+        rows = memory_table(lengths, args.exact_max, threads)
+        op_times(args.time_at, args.repeats)
+        step_times(args.time_at, args.repeats)
+        if args.png:
+            draw(rows, args.png)
     failed = [f"{p} at T={t}" for t, r in rows.items() for p in r if "error" in r[p]]
     if failed:
         print("FAILED: " + ", ".join(failed), file=sys.stderr)
