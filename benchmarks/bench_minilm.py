@@ -215,6 +215,42 @@ def profile(enc, corpora: dict, batch_size: int) -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
 
+def query_products(enc, queries: list[str]) -> None:
+    """Where a query's time goes: the whole encode([q]) against its 24 matrix products alone (the
+    model's own W^T arrays, in the order a layer runs them, on rows of the query's length), with
+    the BLAS on 1 and on 2 threads; medians over the queries."""
+    from threadpoolctl import threadpool_limits
+
+    from npformer.nn.inference import transposed_weights
+
+    enc.encode(queries[:1])
+    w_t = list(transposed_weights(enc.model.encoder).values())            # (I, O) each, layer order
+    rows = [len(s) for s in enc.tokenizer.encode(queries)]                 # tokens per query
+    rng = np.random.default_rng(0)
+    xs = {i: rng.standard_normal((max(rows), i), dtype=np.float32) for i in {w.shape[0] for w in w_t}}
+
+    def products(n):
+        for w in w_t:
+            np.matmul(xs[w.shape[0]][:n], w)                             # (n, O)
+
+    def median_ms(fn, args):
+        for a in args[:5]:
+            fn(a)
+        times = []
+        for a in args:
+            t = time.perf_counter()
+            fn(a)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e3
+
+    print(f"\none query at a time: {len(queries)} queries of {min(rows)}-{max(rows)} tokens "
+          f"(median {statistics.median(rows):.0f}), {len(w_t)} products with weights per query; medians")
+    print(f"  npformer encode([q]), its defaults: {median_ms(lambda q: enc.encode([q]), queries):.2f} ms")
+    for n in (1, 2):
+        with threadpool_limits(n, user_api="blas"):
+            print(f"  its {len(w_t)} products alone, BLAS on {n} thread(s): {median_ms(products, rows):.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--regimes", default="short,mixed,passages", help="comma-separated: short, mixed, passages")
@@ -223,6 +259,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=100, help="batch-1 queries for the latency (default 100; 0: none)")
     ap.add_argument("--scale", type=float, default=1.0, help="corpus sizes times this (default 1)")
     ap.add_argument("--profile", action="store_true", help="cProfile npformer on each regime instead")
+    ap.add_argument("--query-products", action="store_true",
+                    help="only: a query's encode time against its matrix products alone, BLAS on 1 and 2 threads")
     add_threads_arg(ap)
     args = ap.parse_args()
     regimes = [r for r in args.regimes.split(",") if r]
@@ -244,6 +282,10 @@ def main() -> None:
     if args.profile:
         print_setup(torch)
         profile(enc, corpora, args.batch_size)
+        return
+    if args.query_products:
+        print_setup(torch)
+        query_products(enc, make_sentences(max(args.queries, 10), 3, 12, seed=4))
         return
     tmp = tempfile.TemporaryDirectory(prefix="bench_minilm_")
     onnx_path = export_onnx(enc.path, Path(tmp.name))
