@@ -33,6 +33,14 @@ def _sum_to_shape(x: np.ndarray, shape: tuple) -> np.ndarray:
     return x.sum(axis=axes, keepdims=True) if axes else x
 
 
+def additive_mask(allowed: np.ndarray, dtype) -> np.ndarray:
+    """bool ``allowed`` -> 0 where True, -inf where False, in ``dtype``, at the mask's own
+    (broadcast) size, to be added to the scores: a masked copyto over every score would take
+    numpy's slow masked loop."""
+    dtype = np.dtype(dtype)
+    return np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+
+
 def attention_forward(q, k, v, mask=None, causal=False, bias=None,
                       dropout_p: float = 0.0, rng: np.random.Generator | None = None,
                       scale: float | None = None):
@@ -54,9 +62,7 @@ def attention_forward(q, k, v, mask=None, causal=False, bias=None,
         cm = causal_mask(q.shape[-2], k.shape[-2])               # (Tq, Tk)
         mask = cm if mask is None else (mask & cm)
     if mask is not None:
-        # an additive 0 / -inf mask, made at the mask's own (broadcast) size: a masked copyto
-        # over every score takes numpy's slow masked loop
-        scores += np.where(mask, scores.dtype.type(0), scores.dtype.type(-np.inf))
+        scores += additive_mask(mask, scores.dtype)              # (mask's own broadcast shape)
     weights, _ = softmax_forward(scores, out=scores)              # (..., Tq, Tk), in place
     drop = None
     used = weights

@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .attention import _sum_to_shape
+from .attention import _sum_to_shape, additive_mask
 
 BLOCK_Q = 128      # query rows per tile  } chosen by benchmarks/bench_long_attention.py --tune
 BLOCK_K = 256      # keys per tile        } (T = 2,048, float32, 4 heads of 32)
@@ -87,12 +87,12 @@ def _scores(qs, k, i0, i1, j0, j1, mask, bias, causal, diagonal: dict):
     if bias is not None:
         s += _cut(bias, i0, i1, j0, j1)
     if allowed is not None and not allowed.all():
-        s += np.where(allowed, s.dtype.type(0), s.dtype.type(-np.inf))   # (..., bq|1, bk|1)
+        s += additive_mask(allowed, s.dtype)                       # (..., bq|1, bk|1)
     if causal and j1 - 1 > i0:                                     # a tile crossing the diagonal
         key = (j0 - i0, i1 - i0, j1 - j0)
         if key not in diagonal:
             above = np.arange(j0, j1)[None, :] > np.arange(i0, i1)[:, None]   # (bq, bk) key after query
-            diagonal[key] = np.where(above, s.dtype.type(-np.inf), s.dtype.type(0))  # (bq, bk)
+            diagonal[key] = additive_mask(~above, s.dtype)         # (bq, bk)
         s += diagonal[key]
     return s
 
