@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..train.probe import unit_to_u8
 from . import capture as cap
 from . import relevance as rel
 
@@ -48,7 +49,7 @@ def encode_array(x, dtype: str, compress: bool = False) -> dict:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
     out = {"dtype": dtype, "shape": list(x.shape)}
     if dtype == "u8":
-        x = np.round(np.clip(x, 0.0, 1.0) * 255.0)
+        x = unit_to_u8(x)
         out["scale"] = 1.0 / 255.0
     raw = np.ascontiguousarray(x.astype(_DTYPES[dtype])).tobytes()
     if compress:
@@ -330,7 +331,7 @@ def _image_json(image: np.ndarray, patch: int, offset: int) -> dict:
     if img.shape[-1] == 1:
         img = np.repeat(img, 3, axis=-1)                                      # grey -> RGB
     grid = img.shape[0] // patch
-    rgb = np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)                # (H, W, 3), bytes as they are
+    rgb = unit_to_u8(img)                                                    # (H, W, 3), bytes as they are
     return {"rgb": {"dtype": "u8", "shape": list(rgb.shape), "b64": base64.b64encode(rgb.tobytes()).decode("ascii")},
             "patch": int(patch), "grid": [grid, grid], "patch_token_offset": int(offset)}
 

@@ -58,6 +58,11 @@ def probe_weights(task, model, inputs) -> tuple[str, np.ndarray]:
     return "self", np.stack([layer["self"][0] for layer in att])
 
 
+def unit_to_u8(x) -> np.ndarray:
+    """Values in [0, 1] (clipped) as 8-bit: round(x * 255); read back as x / 255."""
+    return np.round(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
 def record_probe(run_dir, task, model, step: int) -> Path | None:
     """Append the probe's attention at ``step`` to the run's probe file (rows at >= step are replaced).
     A model without ``attention_weights`` (a task registered from outside) records nothing."""
@@ -67,7 +72,7 @@ def record_probe(run_dir, task, model, step: int) -> Path | None:
     old = read_probe(run_dir)
     inputs = tuple(old["inputs"]) if old is not None else probe_inputs(task, model)   # drawn once, at step 0
     group, w = probe_weights(task, model, inputs)
-    row = np.round(np.clip(w, 0.0, 1.0) * 255).astype(np.uint8)[None]   # (1, L, H, Tq, Tk)
+    row = unit_to_u8(w)[None]                                             # (1, L, H, Tq, Tk)
     steps = np.array([step], dtype=np.int64)
     if old is not None and old["group"] == group and old["weights"].shape[1:] == row.shape[1:]:
         keep = old["steps"] < step
