@@ -142,3 +142,22 @@ def test_attention_dropout_needs_rng():
     q = np.zeros((2, 3))
     with pytest.raises(ValueError, match="rng"):
         attention_forward(q, q, q, dropout_p=0.1)
+
+
+def test_backward_from_given_weight_gradients_equals_its_own_and_leaves_them_alone():
+    """attention_backward(..., dweights=attention_weights_grad(...)), as the explorer's relevance
+    backward calls it, gives the same gradients and does not write into dweights."""
+    from npformer.ops import attention_weights_grad
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    mask = rng.random((2, 1, 5, 5)) > 0.3
+    mask[..., 0] = True
+    _, _, cache = attention_forward(q, k, v, mask=mask, dropout_p=0.2, rng=np.random.default_rng(4))
+    dout = rng.standard_normal((2, 3, 5, 4))
+    dweights = attention_weights_grad(dout, cache)
+    before = dweights.copy()
+    given = attention_backward(dout, cache, dweights=dweights)
+    np.testing.assert_array_equal(dweights, before)
+    for a, b in zip(given, attention_backward(dout, cache), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)

@@ -150,13 +150,16 @@ class MultiHeadAttention(Module):
         h = self.n_heads
         dmerged, g_out = self.out_proj.backward(dout, out_cache)   # (B, Tq, E)
         dheads = split_heads(dmerged, h)                           # (B, H, Tq, D)
-        tiled = isinstance(att_cache, FlashAttentionCache)
-        dq, dk, dv = (flash_attention_backward if tiled else attention_backward)(dheads, att_cache)  # (B, H, T*, D)
-        dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
         if self.report_weights_grad:
             _check_weights_kept(att_cache)
             grads["attention_weights"] = attention_weights_grad(dheads, att_cache)  # (B, H, Tq, Tk)
+            dq, dk, dv = attention_backward(dheads, att_cache, dweights=grads["attention_weights"])
+        elif isinstance(att_cache, FlashAttentionCache):
+            dq, dk, dv = flash_attention_backward(dheads, att_cache)   # (B, H, T*, D)
+        else:
+            dq, dk, dv = attention_backward(dheads, att_cache)         # (B, H, T*, D)
+        dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
         if is_self:
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)

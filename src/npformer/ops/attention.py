@@ -87,13 +87,17 @@ def attention_weights_grad(dout: np.ndarray, cache) -> np.ndarray:
     return dw
 
 
-def attention_backward(dout: np.ndarray, cache):
-    """Returns (dq, dk, dv) with the shapes of q, k, v."""
+def attention_backward(dout: np.ndarray, cache, dweights: np.ndarray | None = None):
+    """Returns (dq, dk, dv) with the shapes of q, k, v. ``dweights``: ``attention_weights_grad(dout,
+    cache)`` when the caller has computed it already (it is read, not written)."""
     q, k, v, weights, drop, scale = cache
     used = weights if drop is None else weights * drop
     dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
-    dw = attention_weights_grad(dout, cache)                     # (..., Tq, Tk), a fresh array
-    ds = softmax_backward(dw, weights, out=dw)                   # (..., Tq, Tk), in place: dw is ours
+    if dweights is None:
+        dw = attention_weights_grad(dout, cache)                 # (..., Tq, Tk), a fresh array
+        ds = softmax_backward(dw, weights, out=dw)               # (..., Tq, Tk), in place: dw is ours
+    else:
+        ds = softmax_backward(dweights, weights)                 # (..., Tq, Tk), fresh: dweights is theirs
     ds *= q.dtype.type(scale)
     dq = np.matmul(ds, k)                                        # (..., Tq, D)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
