@@ -14,7 +14,7 @@ again, so results stay exactly as if every array were new; only the page faults 
 
 Only arrays of at least ``MIN_BYTES`` are pooled (smaller ones come from malloc's own free
 lists). An array nobody has asked for in the last ``MAX_AGE`` pooled requests is dropped once
-free (a step of the base model makes about 300 such requests), so the pool follows the work being
+free (a step of the base model makes 112 such requests), so the pool follows the work being
 done and lets go of an earlier job's shapes; it also keeps at most ``limit_bytes()`` in all, past
 which free arrays are dropped least recently used first, and a request that still does not fit
 gets a plain ``np.empty``. ``clear()`` drops every array the pool holds (the ones in use stay
