@@ -30,8 +30,8 @@ import numpy as np
 MIN_BYTES = 1 << 20                       # smaller arrays: malloc reuses its own free lists
 MAX_AGE = 4096                            # pooled requests after which an unasked-for free array goes
 _LIMIT = 1 << 30                          # bytes the pool may hold, in use or free
-# free-threaded builds count references per thread: the count cannot tell that an array is free
-_ENABLED = getattr(sys, "_is_gil_enabled", lambda: True)()
+# only CPython's reference count says when an array is free; free-threaded builds count per thread
+_ENABLED = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _lock = threading.Lock()
 _arrays: list[np.ndarray] = []            # the pool, least recently handed out first
