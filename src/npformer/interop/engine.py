@@ -60,9 +60,14 @@ def _image_classifier(run, c, images, labels):
     return run(images), labels, IGNORE_LABEL                                  # (B, K), (B,)
 
 
+def _policy(run, c, words, images, actions):
+    logits = run(words, images)                                               # (B, 2, N): pick, place
+    return logits.reshape(-1, logits.shape[-1]), actions.flatten(), IGNORE_LABEL   # (B*2, N), (B*2,)
+
+
 # the model kinds to_torch converts
 SCORED = {"transformer": _seq2seq, "decoder_lm": _language_model, "classifier": _classifier,
-          "vit": _image_classifier}
+          "vit": _image_classifier, "vla": _policy}
 
 
 def check_engine_kind(task_name: str, kind: str) -> None:

@@ -10,6 +10,7 @@ npformer ``ffn.linear1``):
 
 Masks come from ``pad_id`` exactly as in npformer (padding hidden as keys, causal decoder). The ViT's
 patch embedding is torch's ``conv2d`` with kernel and stride P, which npformer's patch projection equals.
+The VLA policy's twin builds the same [PICK, PLACE] + words + patches sequence and pointer head.
 This file imports torch at the top; only ``to_torch`` imports it, so ``import npformer`` does not.
 
 Dimension legend: B batch, S source positions, T target positions, E model width, V vocabulary;
@@ -199,16 +200,62 @@ class TorchViT(nn.Module):
         return self.head(h[:, 0] if self.config.pool == "cls" else h.mean(dim=1))   # (B, K)
 
 
+class TorchVLA(nn.Module):
+    """npformer's ``VLA`` policy in torch: forward(words, images (B, H, W, C)) -> (pick, place) logits
+    over the cells (B, 2, N). words: ids (B, L) long, or frozen text states (B, L, S) when text_dim = S.
+    The sequence is [PICK, PLACE] + words + patches, each with its type embedding; padded words
+    (pad_id, or all-zero states) are hidden as keys; the pointer head scores each action token's
+    query against every cell's key, scaled by 1/sqrt(E)."""
+
+    def __init__(self, model, encoder: nn.TransformerEncoder, dtype: torch.dtype) -> None:
+        super().__init__()
+        c = self.config = model.config
+        self.action_queries = nn.Parameter(torch.zeros(1, 2, c.d_model, dtype=dtype))
+        if c.text_dim:
+            self.text_proj = nn.Linear(c.text_dim, c.d_model, dtype=dtype)
+            self.text_dropout = nn.Dropout(model.text_dropout.p)          # dropout and text_dropout in one
+        else:
+            self.word_embed = TorchEmbeddings(model.word_embed, dtype)
+        self.patch_embed = TorchPatchEmbedding(model.patch_embed, dtype)
+        self.type_embed = nn.Embedding(2, c.d_model, dtype=dtype)           # rows: word, patch
+        self.encoder = encoder
+        out = c.d_model if c.head == "pointer" else c.n_cells
+        self.pick_head = nn.Linear(c.d_model, out, dtype=dtype)
+        self.place_head = nn.Linear(c.d_model, out, dtype=dtype)
+        if c.head == "pointer":
+            self.cell_key = nn.Linear(c.d_model, c.d_model, bias=False, dtype=dtype)
+
+    def forward(self, words: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        b, n_words = words.shape[:2]
+        if c.text_dim:
+            xw, real = self.text_dropout(self.text_proj(words)), (words != 0).any(dim=-1)  # (B, L, E), (B, L)
+        else:
+            xw, real = self.word_embed(words), words != c.pad_id
+        tw = self.type_embed.weight                                          # (2, E)
+        x = torch.cat([self.action_queries.expand(b, -1, -1), xw + tw[0], self.patch_embed(images) + tw[1]],
+                      dim=1)                                                 # (B, T, E)
+        pad = torch.zeros(b, x.shape[1], dtype=torch.bool, device=x.device)  # (B, T)
+        pad[:, 2:2 + n_words] = ~real
+        h = self.encoder(x, src_key_padding_mask=pad)                        # (B, T, E)
+        heads = torch.stack([self.pick_head(h[:, 0]), self.place_head(h[:, 1])], dim=1)  # (B, 2, E or N)
+        if c.head != "pointer":
+            return heads                                                     # (B, 2, N)
+        keys = self.cell_key(h[:, 2 + n_words:])                             # (B, N, E)
+        return heads @ keys.transpose(1, 2) * c.d_model ** -0.5             # (B, 2, N)
+
+
 def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
-    """The torch twin of an npformer Transformer, DecoderLM, EncoderClassifier or ViT, weights copied.
-    ``stack_to_torch``, ``torch_dtype`` and ``load`` are interop.torch's converters."""
+    """The torch twin of an npformer Transformer, DecoderLM, EncoderClassifier, ViT or VLA, weights
+    copied. ``stack_to_torch``, ``torch_dtype`` and ``load`` are interop.torch's converters."""
     from ..models import DecoderLM, EncoderClassifier, Transformer
     from ..models.vit import ViT
+    from ..models.vla import VLA
 
-    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier, ViT)):
+    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier, ViT, VLA)):
         raise TypeError("to_torch accepts npformer's MultiHeadAttention, EncoderLayer, DecoderLayer, Encoder, "
-                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM, EncoderClassifier and ViT, "
-                        f"got {type(model).__module__}.{type(model).__name__}")
+                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM, EncoderClassifier, ViT "
+                        f"and VLA, got {type(model).__module__}.{type(model).__name__}")
     dtype = torch_dtype(model)
     if isinstance(model, Transformer):
         if len(model.encoder.layers):
@@ -222,6 +269,8 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
         out = TorchDecoderLM(model, stack_to_torch(model.blocks, False), dtype)
     elif isinstance(model, ViT):
         out = TorchViT(model, stack_to_torch(model.encoder, False), dtype)
+    elif isinstance(model, VLA):
+        out = TorchVLA(model, stack_to_torch(model.encoder, False), dtype)
     else:
         out = TorchEncoderClassifier(model, stack_to_torch(model.encoder, False), dtype)
     load(out, model)
@@ -229,4 +278,4 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
 
 
 __all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchPatchEmbedding",
-           "TorchTransformer", "TorchViT", "model_to_torch"]
+           "TorchTransformer", "TorchViT", "TorchVLA", "model_to_torch"]
