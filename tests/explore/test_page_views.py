@@ -189,6 +189,49 @@ def test_hover_isolates_and_selection_sums(pages, opened):
     assert o.errors == []
 
 
+def test_the_keyboard_moves_selects_and_opens(pages, opened):
+    """Without a mouse: in the head view the arrow keys move between tokens and Enter selects a query
+    token (the same sums as a click); in the model view they choose a square and Enter opens it."""
+    url, payload, refs = pages["dates"]
+    o = opened(url)
+    page = o.page
+    g = payload["inputs"][0]["groups"][0]
+    w = refs["encoder self"][5]
+    full = o.canvas_hash("#head-canvas")
+    page.focus("#head-canvas")
+    page.keyboard.press("ArrowDown")                                # first press: the current query token
+    said = page.text_content("#head-said")
+    assert said.startswith("query token ")
+    start = int(said.split()[2])
+    assert o.canvas_hash("#head-canvas") != full                    # its lines alone
+    for _ in range(2):
+        page.keyboard.press("ArrowDown")
+    i = start + 2
+    assert page.text_content("#head-said") == f"query token {i} \u201c{g['query_tokens'][i]}\u201d"
+    page.keyboard.press("Enter")
+    assert page.text_content("#head-said").endswith(", selected")
+    keys = np.array(page.eval_on_selector_all("#summed-table tr[data-key]", "rs => rs.map(r => +r.dataset.key)"))
+    np.testing.assert_allclose(values(page, "#summed-table td[data-value]"), w[0, :, i].mean(0)[keys], atol=1e-6)
+    page.keyboard.press("ArrowRight")
+    assert page.text_content("#head-said").startswith(f"key token {i} ")
+    page.keyboard.press("Escape")
+    assert page.text_content("#head-said") == ""
+
+    o2 = opened(pages["minilm"][0])
+    page = o2.page
+    o2.click_tab("model")
+    page.focus("#model-canvas")
+    assert page.text_content("#model-said") == "layer 0, head 0"
+    for key in ["ArrowRight"] * 5 + ["ArrowDown"] * 3:
+        page.keyboard.press(key)
+    assert page.text_content("#model-said") == "layer 3, head 5"
+    page.keyboard.press("Enter")
+    assert page.is_visible("#view-head.active")
+    assert page.input_value("#layer-select") == "3"
+    assert page.eval_on_selector_all("#head-boxes input:checked", "bs => bs.map(b => +b.dataset.head)") == [5]
+    assert o.errors == [] and o2.errors == []
+
+
 def test_threshold_prunes_lines(pages, opened):
     o = opened(pages["text"][0])
     h = o.canvas_hash("#head-canvas")

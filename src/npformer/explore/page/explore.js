@@ -411,13 +411,19 @@
       "Layer " + S.layer + " of " + g.name + ". Each line joins a query token (left) to a key token (right); " +
       "its opacity is the attention weight, its colour the head. Lines under " + S.threshold + " are hidden. " +
       "Hover a token to isolate it; click query tokens to select them and sum their attention (the bars on the right, " +
-      "averaged over the chosen heads)." }));
+      "averaged over the chosen heads). By keyboard: focus the drawing, then the arrow keys move between tokens " +
+      "(left: queries, right: keys), Enter or Space selects a query token, Escape lets go." }));
     const box = el("div", { class: "scroll" });
     const c = makeCanvas(width, height);
     c.id = "head-canvas";
+    c.tabIndex = 0;
+    c.setAttribute("role", "application");
+    c.setAttribute("aria-label", "attention lines of layer " + S.layer + "; arrow keys move between tokens, " +
+                   "Enter selects a query token");
     box.appendChild(c);
+    const said = el("p", { id: "head-said", class: "hint", role: "status" });   // the token under the keyboard
     const summed = el("div", { id: "summed" });
-    section.append(el("div", { class: "row" }, [box, summed]));
+    section.append(el("div", { class: "row" }, [box, summed]), said);
     S.canvas = c;
     const xL = labelW, xR = labelW + gap;
     const yOf = (i) => top + i * rowH + rowH / 2;
@@ -533,14 +539,45 @@
       if (JSON.stringify(h) !== JSON.stringify(S.hover)) { S.hover = h; draw(); }
     });
     c.addEventListener("mouseleave", () => { S.hover = null; draw(); });
+    function toggle(i) {                               // select or unselect query token i
+      if (S.selected.has(i)) S.selected.delete(i); else S.selected.add(i);
+      S.query = i;
+      $("query-select").value = S.query;
+    }
     c.addEventListener("click", (ev) => {
       const h = hit(ev);
       if (!h || h.side !== "q") return;
-      if (S.selected.has(h.i)) S.selected.delete(h.i); else S.selected.add(h.i);
-      S.query = h.i;
-      $("query-select").value = S.query;
+      toggle(h.i);
       draw();
     });
+    function announce(h) {
+      said.textContent = !h ? "" : h.side === "q"
+        ? "query token " + h.i + " \u201c" + g.query_tokens[h.i] + "\u201d" + (S.selected.has(h.i) ? ", selected" : "")
+        : "key token " + h.i + " \u201c" + g.key_tokens[h.i] + "\u201d";
+    }
+    // the keyboard moves the same hover the mouse does: Up/Down along a side, Left/Right between sides
+    c.addEventListener("keydown", (ev) => {
+      const start = S.hover || { side: "q", i: Math.min(Math.max(S.query || 0, 0), Tq - 1) };
+      let next = start;
+      if (ev.key === "Escape") {
+        next = null;
+      } else if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+        const n = start.side === "q" ? Tq : Tk;
+        if (S.hover) next = { side: start.side, i: Math.max(0, Math.min(n - 1, start.i + (ev.key === "ArrowDown" ? 1 : -1))) };
+      } else if (ev.key === "ArrowLeft" || ev.key === "ArrowRight") {
+        const side = ev.key === "ArrowLeft" ? "q" : "k";
+        next = { side: side, i: Math.min(start.i, (side === "q" ? Tq : Tk) - 1) };
+      } else if (ev.key === "Enter" || ev.key === " ") {
+        if (start.side === "q") toggle(start.i);
+      } else {
+        return;
+      }
+      ev.preventDefault();
+      S.hover = next;
+      draw();
+      announce(next);
+    });
+    c.addEventListener("blur", () => { if (S.hover) { S.hover = null; draw(); announce(null); } });
     draw();
     // the numbers of this view (the chosen heads' weights), made when exported
     return () => ({ view: "head", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
@@ -613,25 +650,58 @@
     const cell = Math.max(48, Math.min(96, Math.floor(1000 / H) - 8)), pad = 8, left = 36, top = 22;
     section.appendChild(el("p", { class: "hint", text:
       g.name + ": every layer (rows) and head (columns); each square is the (query x key) attention " +
-      "map, darker is more weight, each square scaled to its own largest weight. Click one to open it in the head view." }));
+      "map, darker is more weight, each square scaled to its own largest weight. Click one to open it in the head view " +
+      "(or focus the grid, choose a square with the arrow keys and press Enter)." }));
     const c = makeCanvas(left + H * (cell + pad), top + L * (cell + pad));
     c.id = "model-canvas";
-    drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => headWeights(g, l, h), cell, pad, left, top);
+    c.tabIndex = 0;
+    c.setAttribute("role", "application");
+    c.setAttribute("aria-label", L + " layers by " + H + " heads of attention maps; arrow keys choose one, Enter opens it");
+    const said = el("p", { id: "model-said", class: "hint", role: "status" });
     const ctx = c._ctx;
-    for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
-      if (l === S.layer && S.heads.has(h)) {                       // the heads the head view shows
-        ctx.strokeStyle = headColour(h);
-        ctx.lineWidth = 2;
-        ctx.strokeRect(left + h * (cell + pad) - 2, top + l * (cell + pad) - 2, cell + 4, cell + 4);
+    const at = { l: S.layer, h: S.heads.size ? Math.min(...S.heads) : 0 };   // the keyboard's square
+    let focused = false;
+    function paint() {
+      drawHeadGrid(ctx, L, H, Tq, Tk, (l, h) => headWeights(g, l, h), cell, pad, left, top);
+      for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+        if (l === S.layer && S.heads.has(h)) {                     // the heads the head view shows
+          ctx.strokeStyle = headColour(h);
+          ctx.lineWidth = 2;
+          ctx.strokeRect(left + h * (cell + pad) - 2, top + l * (cell + pad) - 2, cell + 4, cell + 4);
+        }
       }
+      if (focused) {
+        ctx.strokeStyle = "#1d232a";
+        ctx.lineWidth = 2;
+        ctx.setLineDash([4, 3]);
+        ctx.strokeRect(left + at.h * (cell + pad) - 4, top + at.l * (cell + pad) - 4, cell + 8, cell + 8);
+        ctx.setLineDash([]);
+      }
+      said.textContent = focused ? "layer " + at.l + ", head " + at.h : "";
     }
+    paint();
+    c.addEventListener("focus", () => { focused = true; paint(); });
+    c.addEventListener("blur", () => { focused = false; paint(); });
+    c.addEventListener("keydown", (ev) => {
+      const move = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] }[ev.key];
+      if (move) {
+        at.l = Math.max(0, Math.min(L - 1, at.l + move[0]));
+        at.h = Math.max(0, Math.min(H - 1, at.h + move[1]));
+        paint();
+      } else if (ev.key === "Enter" || ev.key === " ") {
+        openHead(at.l, at.h, "head");
+      } else {
+        return;
+      }
+      ev.preventDefault();
+    });
     c.addEventListener("click", (ev) => {
       const r = c.getBoundingClientRect();
       const h = Math.floor((ev.clientX - r.left - left) / (cell + pad));
       const l = Math.floor((ev.clientY - r.top - top) / (cell + pad));
       if (h >= 0 && h < H && l >= 0 && l < L) openHead(l, h, "head");
     });
-    section.appendChild(el("div", { class: "scroll" }, [c]));
+    section.append(el("div", { class: "scroll" }, [c]), said);
     S.canvas = c;
     return () => ({ view: "model", group: g.name, n_layers: L, n_heads: H, query_tokens: g.query_tokens,
                     key_tokens: g.key_tokens, weights: Array.from({ length: L }, (_, l) =>
