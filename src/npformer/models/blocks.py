@@ -6,6 +6,7 @@
     decoder_stack      N decoder layers (+ final norm) from a BlockConfig
     output_forward     logits = h W_out^T, W_out = the token table when tied  (paper 3.4)
     output_backward    its gradient: the tied table's starts here, the lookups' are added later
+    lookup_backward    an embedding lookup's gradients, its rows added into the table's gradient so far
     sequence_loss      mean token cross-entropy over the positions not ignored
 
 Dimension legend: B batch, T positions, E model width, V vocabulary.
@@ -62,8 +63,7 @@ def output_forward(h: np.ndarray, table: Embeddings, generator: Linear | None):
 
 def output_backward(dlogits: np.ndarray, cache, table_name: str, generator: Linear | None):
     """dlogits (..., V) -> (dh (..., E), grads). Tied: grads holds f"{table_name}.tok.weight", to
-    which the caller ADDS the embedding lookups' gradients (``add_grads(..., in_place=True)``);
-    untied: "generator.*"."""
+    which the caller ADDS the embedding lookups' gradients (``lookup_backward``); untied: "generator.*"."""
     grads: dict = {}
     if generator is None:
         dh, dw_out, _ = linear_backward(dlogits, cache)                   # (..., E), (V, E)
@@ -72,6 +72,14 @@ def output_backward(dlogits: np.ndarray, cache, table_name: str, generator: Line
         dh, g_gen = generator.backward(dlogits, cache)
         add_grads(grads, g_gen, "generator")
     return dh, grads
+
+
+def lookup_backward(grads: dict, table: Embeddings, name: str, dx: np.ndarray, cache) -> None:
+    """Adds the embedding lookup ``table`` (keys ``name.*``)'s gradients into ``grads``. Its token rows
+    go, in place, into the array already at ``name.tok.weight`` (a tied projection's, or the other
+    lookup's of a shared table: paper 3.4) rather than into a second (V, E) table."""
+    _, g = table.backward(dx, cache, dtok=grads.pop(f"{name}.tok.weight", None))
+    add_grads(grads, g, name)
 
 
 def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..nn import Linear, Module, add_grads, padding_mask
-from .blocks import encoder_stack, init_model, output_backward, output_forward, sequence_loss, token_embeddings
+from .blocks import (
+    encoder_stack,
+    init_model,
+    lookup_backward,
+    output_backward,
+    output_forward,
+    sequence_loss,
+    token_embeddings,
+)
 from .config import BlockConfig, check_bool, check_ids, check_int, check_pad_id, check_rng
 
 
@@ -98,8 +106,7 @@ class DecoderLM(Module):
         dh, grads = output_backward(dlogits, c_out, "embed", getattr(self, "generator", None))
         dx, g_blocks = self.blocks.backward(dh, c_blocks)                   # (B, T, E)
         add_grads(grads, g_blocks, "blocks")
-        _, g_emb = self.embed.backward(dx, c_emb, dtok=grads.pop("embed.tok.weight", None))
-        add_grads(grads, g_emb, "embed")
+        lookup_backward(grads, self.embed, "embed", dx, c_emb)
         return {"embeddings": dx}, grads
 
     def attention_weights(self, cache) -> list[dict]:

@@ -26,6 +26,7 @@ from .blocks import (
     decoder_stack,
     encoder_stack,
     init_model,
+    lookup_backward,
     output_backward,
     output_forward,
     sequence_loss,
@@ -186,11 +187,8 @@ class Transformer(Module):
         dh, grads = output_backward(dlogits, c_out, self._tgt_name, getattr(self, "generator", None))
         d, g_stack = self.stack.backward(dh, (c_enc, c_dec))             # decoder, then memory -> encoder
         add_grads(grads, g_stack, "")
-        tgt_key, src_key = f"{self._tgt_name}.tok.weight", f"{self._src_name}.tok.weight"
-        _, g_tgt = self.tgt_embedding.backward(d["tgt"], c_tgt_emb, dtok=grads.pop(tgt_key, None))
-        add_grads(grads, g_tgt, self._tgt_name)                           # the projection's + the target lookup's
-        _, g_src = self.src_embedding.backward(d["src"], c_src_emb, dtok=grads.pop(src_key, None))
-        add_grads(grads, g_src, self._src_name)                           # shared table: + the source's
+        lookup_backward(grads, self.tgt_embedding, self._tgt_name, d["tgt"], c_tgt_emb)   # projection's + target's
+        lookup_backward(grads, self.src_embedding, self._src_name, d["src"], c_src_emb)   # shared table: + source's
         return {"src_embeddings": d["src"], "tgt_embeddings": d["tgt"], "memory": d["memory"]}, grads
 
     # -- inspection -----------------------------------------------------------------------------

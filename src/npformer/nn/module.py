@@ -17,16 +17,13 @@ from typing import Iterator
 import numpy as np
 
 
-def add_grads(into: dict, grads: dict, prefix: str, in_place: bool = False) -> dict:
+def add_grads(into: dict, grads: dict, prefix: str) -> dict:
     """Add ``grads`` into ``into`` under ``prefix.``; keys that meet are summed
-    (tied weights, a module used twice). ``in_place``: add into the array already there
-    instead of making a new one; only for arrays the caller's own backward pass made."""
+    (tied weights, a module used twice) into a new array."""
     for k, g in grads.items():
         key = f"{prefix}.{k}" if prefix else k
         if key not in into:
             into[key] = g
-        elif in_place:
-            into[key] += g
         else:
             into[key] = into[key] + g
     return into
