@@ -46,16 +46,21 @@ def add_arguments(p) -> None:
     add_model_args(p)
 
 
-def _open_input(path: str, what: str):
-    """(binary file, name for messages) of a UTF-8 text file, or of standard input for '-'."""
-    if path == "-":
-        return sys.stdin.buffer, "standard input"
+def text_file(path: str, what: str) -> Path:
+    """The Path of an existing file, or a one-line CLIError naming ``what`` (a directory, or nothing there)."""
     f = Path(path)
     if f.is_dir():
         raise CLIError(f"{what} {path} is a directory, not a text file")
     if not f.is_file():
         raise CLIError(f"{what} {path} does not exist")
-    return open(f, "rb"), path
+    return f
+
+
+def _open_input(path: str, what: str):
+    """(binary file, name for messages) of a UTF-8 text file, or of standard input for '-'."""
+    if path == "-":
+        return sys.stdin.buffer, "standard input"
+    return open(text_file(path, what), "rb"), path
 
 
 def _lines(f, name: str, what: str):

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from . import CLIError
-from .embed import _lines, add_model_args, load_encoder
+from .embed import _lines, add_model_args, load_encoder, text_file
 
 HELP = "find the corpus lines most similar to each query (cosine)"
 DESCRIPTION = "Print, for each QUERY, the most similar lines of the corpus file with their cosine similarity."
@@ -120,11 +120,7 @@ def run(args) -> int:
 
     if args.top_k < 1:
         raise CLIError(f"--top-k must be >= 1, got {args.top_k}")
-    corpus = Path(args.corpus)
-    if corpus.is_dir():
-        raise CLIError(f"--corpus {args.corpus} is a directory, not a text file")
-    if not corpus.is_file():
-        raise CLIError(f"--corpus {args.corpus} does not exist")
+    corpus = text_file(args.corpus, "--corpus")
     data = corpus.read_bytes()                                          # hashed and split: the same bytes
     lines = split_lines(data, args.corpus)
     keep = [i for i, ln in enumerate(lines) if ln.strip()]            # blank lines are not documents
