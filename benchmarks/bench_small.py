@@ -41,16 +41,12 @@ import torch.nn.functional as F
 
 import npformer
 from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from npformer.interop.torch import _key_to_torch as torch_key  # the FFN sits under ``ffn.`` in npformer only
 from npformer.models import DecoderLM, DecoderLMConfig
 from npformer.train import Adam
 
 SIZES = ((64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128))       # d_model, layers, batch, tokens
 LR, BETAS, EPS = 1e-3, (0.9, 0.98), 1e-9
-
-
-def torch_key(k: str) -> str:
-    """npformer's state-dict key -> torch's (the FFN lives under ``ffn.`` in npformer only)."""
-    return k.replace(".ffn.linear", ".linear")
 
 
 def make_pair(d: int, layers: int, t: int, vocab: int, dtype):
