@@ -282,6 +282,15 @@
   }
 
   // White to dark blue, for attention-like values in [0, 1].
+  // A canvas the keyboard can focus and drive, described by ``label``; returns the status line (id
+  // ``saidId``) where the view names what the keys reached, for screen readers.
+  function keyboardCanvas(c, saidId, label) {
+    c.tabIndex = 0;
+    c.setAttribute("role", "application");
+    c.setAttribute("aria-label", label);
+    return el("p", { id: saidId, class: "hint", role: "status" });
+  }
+
   function heat(v) {
     v = Math.max(0, Math.min(1, v));
     return [Math.round(255 - v * 247), Math.round(255 - v * 207), Math.round(255 - v * 148)];
@@ -416,12 +425,9 @@
     const box = el("div", { class: "scroll" });
     const c = makeCanvas(width, height);
     c.id = "head-canvas";
-    c.tabIndex = 0;
-    c.setAttribute("role", "application");
-    c.setAttribute("aria-label", "attention lines of layer " + S.layer + "; arrow keys move between tokens, " +
-                   "Enter selects a query token");
+    const said = keyboardCanvas(c, "head-said", "attention lines of layer " + S.layer +
+                                "; arrow keys move between tokens, Enter selects a query token");
     box.appendChild(c);
-    const said = el("p", { id: "head-said", class: "hint", role: "status" });   // the token under the keyboard
     const summed = el("div", { id: "summed" });
     section.append(el("div", { class: "row" }, [box, summed]), said);
     S.canvas = c;
@@ -654,10 +660,8 @@
       "(or focus the grid, choose a square with the arrow keys and press Enter)." }));
     const c = makeCanvas(left + H * (cell + pad), top + L * (cell + pad));
     c.id = "model-canvas";
-    c.tabIndex = 0;
-    c.setAttribute("role", "application");
-    c.setAttribute("aria-label", L + " layers by " + H + " heads of attention maps; arrow keys choose one, Enter opens it");
-    const said = el("p", { id: "model-said", class: "hint", role: "status" });
+    const said = keyboardCanvas(c, "model-said", L + " layers by " + H + " heads of attention maps; " +
+                                "arrow keys choose one, Enter opens it");
     const ctx = c._ctx;
     const at = { l: S.layer, h: S.heads.size ? Math.min(...S.heads) : 0 };   // the keyboard's square
     let focused = false;
