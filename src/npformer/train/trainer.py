@@ -21,6 +21,10 @@ Faults: one process at a time trains a run directory. ``start`` and ``resume`` t
 (``checkpoint.RunLock``; ``RunLocked`` if another process holds it) and ``run`` gives it back when it
 ends, however it ends. A failed write (disk full) raises ``WriteError`` naming the file; the last
 checkpoint stays loadable and ``resume`` continues from it.
+
+Run directories (``train.rundir``): ``start`` and ``resume`` refuse one that is a symbolic link or holds
+one at a name npformer writes; ``start(force=True)`` deletes only npformer's files and refuses, deleting
+nothing, a directory holding anything else.
 """
 from __future__ import annotations
 
@@ -28,8 +32,8 @@ import contextlib
 import dataclasses
 import math
 import os
-import shutil
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -56,6 +60,7 @@ from .clip import clip_by_global_norm
 from .config import RESUMABLE, TrainConfig, TrainingDiverged
 from .optim import Adam, AdamW
 from .probe import record_probe
+from .rundir import RUN_FILES, clear_run_dir, refuse_link_dir, refuse_links
 from .runlog import (
     CURVES,
     EVAL_LOG,
@@ -87,7 +92,11 @@ def _rng_from_state(state: dict) -> np.random.Generator:
 
 
 def _has_checkpoint(out: Path) -> bool:
-    return (out / CONFIG).is_file()
+    """config.json is there, a regular file (a link there is no run; --force deletes it, start refuses it)."""
+    try:
+        return stat.S_ISREG(os.lstat(out / CONFIG).st_mode)
+    except OSError:
+        return False
 
 
 class Trainer:
@@ -126,11 +135,14 @@ class Trainer:
         out = Path(out_dir)
         if isinstance(model_config, dict):
             model_config = task.model_config(model_config)                 # checked before touching the disk
+        refuse_link_dir(out)
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"--out {out} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
         lock = RunLock(out)                                              # before looking: a run may be in progress
         try:
+            if not force:
+                refuse_links(out)
             if _has_checkpoint(out):
                 old = read_config(out)
                 if old["task"] != task.name:
@@ -139,13 +151,8 @@ class Trainer:
                 if not force:
                     raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
                                      "--force starts over (deleting it)")
-                for p in out.iterdir():                                  # all but the lock we hold
-                    if p.name == LOCK:
-                        continue
-                    if p.is_dir() and not p.is_symlink():
-                        shutil.rmtree(p)
-                    else:
-                        p.unlink()
+            if force:
+                clear_run_dir(out, "--force", keep=(LOCK,))             # npformer's files only, or nothing
             init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
                                                np.random.SeedSequence(train.seed).spawn(3))
             model = task.build_model(model_config, rng=init_rng)
@@ -172,6 +179,8 @@ class Trainer:
         from ..data.tasks import get_task
 
         out = Path(out_dir)
+        refuse_link_dir(out)
+        refuse_links(out)
         read_config(out)                                                 # a run directory? (before locking it)
         lock = RunLock(out)
         try:
@@ -218,7 +227,7 @@ class Trainer:
         save_checkpoint(self.out, self.model.state_dict(), self.optimizer.state_dict(), state, self.step)
 
     def load(self) -> None:
-        clean_stale_temporaries(self.out)
+        clean_stale_temporaries(self.out, RUN_FILES)
         for name in (MODEL, OPTIMIZER, STATE):
             if not (self.out / name).is_file():
                 raise FileNotFoundError(f"{self.out} has no {name}: nothing to resume")
