@@ -1,11 +1,13 @@
 """Hostile run directories: npformer never writes through a symbolic link planted at a name it writes,
---force and the demo delete only npformer's files, and atomic writes keep the mode of the file they
-replace without touching the umask."""
+--force and the demo delete only npformer's files, trainer_state.json may name only numpy's bit
+generators, and atomic writes keep the mode of the file they replace without touching the umask."""
+import json
 import os
 import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from train_helpers import TINY_MODEL, TINY_SETS, tiny_config, tiny_task
 
@@ -16,7 +18,7 @@ from npformer.train.checkpoint import CONFIG, LOCK, METRICS, MODEL, OPTIMIZER, S
 from npformer.train.probe import PROBE
 from npformer.train.rundir import RUN_FILES, remove_run_dir
 from npformer.train.runlog import CURVES, EVAL_LOG, LOG
-from npformer.train.trainer import Trainer
+from npformer.train.trainer import BIT_GENERATORS, Trainer
 
 PRECIOUS = b"someone else's file\n"
 
@@ -178,6 +180,43 @@ def test_remove_run_dir_removes_only_a_run_directory(tmp_path):
     (d / "sub").rmdir()
     remove_run_dir(d, "the demo")
     assert not d.exists() and (tmp_path / "outside").read_bytes() == PRECIOUS
+
+
+# -- trainer_state.json names only numpy's bit generators --------------------------------------------
+
+def as_json(state):
+    """A bit generator's state as JSON has it (arrays as lists)."""
+    return json.loads(json.dumps(state, default=lambda a: a.tolist()))
+
+
+def set_rng_state(run_dir, state):
+    doc = json.loads((run_dir / STATE).read_text())
+    doc["data_rng"] = as_json(state)
+    (run_dir / STATE).write_text(json.dumps(doc))
+
+
+def test_trainer_state_may_name_only_numpys_bit_generators(tmp_path, capsys, monkeypatch):
+    """Before, any attribute of numpy.random named there was called."""
+    d = tmp_path / "run"
+    tiny_run(d)
+    called = []
+    monkeypatch.setattr(np.random, "Planted", lambda *a: called.append(a) or np.random.PCG64(), raising=False)
+    for name in ("Planted", "seed", ["PCG64"], None):
+        set_rng_state(d, {"bit_generator": name, "state": {}})
+        rc, _, err = train(capsys, d, "--resume")
+        assert rc == 2, err
+        one_line_error(err, f"{d / STATE}: 'data_rng' names bit generator {name!r}; expected one of numpy's "
+                            "PCG64, PCG64DXSM, MT19937, Philox, SFC64")
+    assert called == []
+    set_rng_state(d, {"bit_generator": "PCG64", "state": "not a state"})
+    with pytest.raises(ValueError, match=rf"{d / STATE}: 'data_rng' is not a valid PCG64 state"):
+        Trainer.resume(d)
+    for name, cls in BIT_GENERATORS.items():                                  # each of numpy's resumes exactly
+        state = cls(7).state
+        set_rng_state(d, state)
+        t = Trainer.resume(d)
+        t.close()
+        assert as_json(t.data_rng.bit_generator.state) == as_json(state), name
 
 
 # -- modes and the umask ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ checkpoint stays loadable and ``resume`` continues from it.
 
 Run directories (``train.rundir``): ``start`` and ``resume`` refuse one that is a symbolic link or holds
 one at a name npformer writes; ``start(force=True)`` deletes only npformer's files and refuses, deleting
-nothing, a directory holding anything else.
+nothing, a directory holding anything else. trainer_state.json may name only numpy's bit generators.
 """
 from __future__ import annotations
 
@@ -81,13 +81,27 @@ __all__ = ["RESUMABLE", "TrainConfig", "Trainer", "TrainingDiverged", "plot_run"
 
 
 
+# the bit generators a trainer_state.json may name: numpy's own, never any other attribute of np.random
+BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937,
+                                          np.random.Philox, np.random.SFC64)}
+
+
 def _rng_state(g: np.random.Generator) -> dict:
     return g.bit_generator.state
 
 
-def _rng_from_state(state: dict) -> np.random.Generator:
-    bg = getattr(np.random, state["bit_generator"])()
-    bg.state = state
+def _rng_from_state(state, where: str) -> np.random.Generator:
+    """The generator whose bit generator's state is ``state``; ValueError naming ``where`` (the file and
+    entry) unless it names one of ``BIT_GENERATORS`` and holds a valid state of it."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if not isinstance(name, str) or name not in BIT_GENERATORS:
+        raise ValueError(f"{where} names bit generator {name!r}; expected one of numpy's "
+                         f"{', '.join(BIT_GENERATORS)}")
+    bg = BIT_GENERATORS[name]()
+    try:
+        bg.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise ValueError(f"{where} is not a valid {name} state ({e})") from None
     return np.random.Generator(bg)
 
 
@@ -234,19 +248,26 @@ class Trainer:
         weights, wmeta = read_safetensors(self.out / MODEL)
         check_state_matches(self.model.state_dict(), weights, str(self.out / MODEL))
         opt, ometa = read_safetensors(self.out / OPTIMIZER)
-        state = read_json(self.out / STATE)
+        where = self.out / STATE
+        state = read_json(where)
+        if not isinstance(state, dict):
+            raise ValueError(f"{where} is not a JSON object")
         steps = {MODEL: wmeta.get("step"), OPTIMIZER: ometa.get("step"), STATE: str(state.get("step"))}
         if len(set(steps.values())) != 1:
             raise ValueError(f"{self.out}: checkpoint files disagree on the step ({steps}); "
                              "a save was cut short between renames")
+        try:
+            step = int(state["step"])
+            elapsed, cpu = float(state.get("elapsed_seconds", 0.0)), float(state.get("cpu_seconds", 0.0))
+            tokens = int(state.get("tokens", 0))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where} lacks a whole 'step' or has a non-numeric time or token count") from None
+        data_rng = _rng_from_state(state.get("data_rng"), f"{where}: 'data_rng'")
+        dropout_rng = _rng_from_state(state.get("dropout_rng"), f"{where}: 'dropout_rng'")
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(opt)
-        self.step = int(state["step"])
-        self.elapsed = float(state.get("elapsed_seconds", 0.0))
-        self.cpu = float(state.get("cpu_seconds", 0.0))
-        self.tokens = int(state.get("tokens", 0))
-        self.data_rng = _rng_from_state(state["data_rng"])
-        self.dropout_rng = _rng_from_state(state["dropout_rng"])
+        self.step, self.elapsed, self.cpu, self.tokens = step, elapsed, cpu, tokens
+        self.data_rng, self.dropout_rng = data_rng, dropout_rng
         if (self.out / METRICS).is_file():
             self.metrics = read_json(self.out / METRICS)
 
