@@ -78,16 +78,26 @@ def test_links_planted_while_training_are_replaced_never_followed(tmp_path):
     links point to copies of the files, which the run may read: reading through a link is no harm.)"""
     d = tmp_path / "run"
     t = Trainer.start(tiny_task(), dict(TINY_MODEL), tiny_config(steps=2, eval_every=1), d)
-    (d / CURVES).write_bytes(b"an old figure")
-    rewritten = {name: (d / name).read_bytes() for name in (MODEL, OPTIMIZER, STATE, PROBE, CURVES)}
+    rewritten = {name: (d / name).read_bytes() for name in (MODEL, OPTIMIZER, STATE, PROBE)}
     rewritten[METRICS] = b"{}"
     for name, content in rewritten.items():
         plant(d / name, tmp_path / f"outside-{name}", content)
-    t.run(progress=False, plot=True)
+    t.run(progress=False, plot=False)
+    plant(d / CURVES, tmp_path / "outside-figure")                        # figures: atomic_savefig (curves.png,
+    files.atomic_savefig(Figure(), d / CURVES)                             # act.png, attention.png) without
+    assert (d / CURVES).read_bytes() == b"png" and not (d / CURVES).is_symlink()   # matplotlib, for time
+    assert (tmp_path / "outside-figure").read_bytes() == PRECIOUS
     for name, content in rewritten.items():
         assert (tmp_path / f"outside-{name}").read_bytes() == content, name
         assert not (d / name).is_symlink() and (d / name).stat().st_size > 0, name
     assert Trainer.resume(d).step == 2
+
+
+class Figure:
+    """Stands in for a matplotlib figure: savefig writes b"png"."""
+
+    def savefig(self, f, format, **kwargs):
+        f.write(format.encode())
 
 
 @pytest.mark.parametrize("name", [LOG, EVAL_LOG])
