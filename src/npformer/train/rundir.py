@@ -7,7 +7,9 @@ commands refuse it with one line naming that entry, before deleting anything.
 
 A run directory that is itself a symbolic link is refused by ``Trainer.start`` and ``resume`` (one
 line naming the link and where it points: train there), and so is one holding a link at one of these
-names. Deleting a link removes the link, never what it points to.
+names; with ``force=True`` such links are deleted instead, all but one at train.lock, which is refused
+in every case (the lock is taken before anything is deleted). Deleting a link removes the link, never
+what it points to.
 """
 from __future__ import annotations
 
