@@ -35,3 +35,9 @@ def assert_same_weights(a: dict, b: dict):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# the tiny model and data of TINY_MODEL / tiny_task as command-line --set options
+TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
+             "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
+             "--set", "eval_n=20", "--set", "final_eval_n=40"]

@@ -10,10 +10,15 @@
        and print the paths of the two HTML files
 
 ``STEPS`` lists the steps in order; each is a function ``step(args) -> None``.
+
+The two training steps train into ``DIR.training`` and move it to ``DIR`` when it has finished. The demo
+deletes only npformer's run directories (``train.rundir``): before it starts, any of runs/dates,
+runs/tabletop and their ``.training`` and ``.old`` siblings that holds anything else, or is a link or a
+file, stops it with one line naming that entry, exit code 2.
 """
 from __future__ import annotations
 
-import shutil
+import os
 from pathlib import Path
 
 # (source, the ISO date it means) shown by the translation step
@@ -55,6 +60,40 @@ def dates_dir(args) -> Path:
     return Path(args.runs) / "dates"
 
 
+def tabletop_dir(args) -> Path:
+    return Path(args.runs) / "tabletop"
+
+
+def staging_dir(final: Path) -> Path:
+    return final.with_name(final.name + ".training")
+
+
+def old_dir(final: Path) -> Path:
+    return final.with_name(final.name + ".old")
+
+
+def replaced_dirs(args, steps: list[str]) -> list[Path]:
+    """The directories the training steps among ``steps`` may delete: each run, its staging and old copy."""
+    finals = [d for name, d in (("train", dates_dir(args)), ("tabletop", tabletop_dir(args))) if name in steps]
+    return [p for final in finals for p in (final, staging_dir(final), old_dir(final))]
+
+
+def move_into_place(staging: Path, final: Path) -> None:
+    """The finished run in ``staging`` becomes ``final``; an earlier run there is deleted only after
+    (and only when it is npformer's: ``rundir.remove_run_dir``)."""
+    from ..train.rundir import remove_run_dir
+
+    if os.path.lexists(final):
+        old = old_dir(final)
+        if os.path.lexists(old):
+            remove_run_dir(old, "the demo")
+        final.rename(old)
+        staging.rename(final)
+        remove_run_dir(old, "the demo")
+    else:
+        staging.rename(final)
+
+
 # -- the steps --------------------------------------------------------------------------------------
 
 def step_lesson(args) -> None:
@@ -71,7 +110,7 @@ def step_train(args) -> None:
     from ..train.trainer import TrainConfig, Trainer
 
     final = dates_dir(args)
-    staging = final.with_name(final.name + ".training")
+    staging = staging_dir(final)
     task = get_task("dates").create()
     overrides = {"seed": args.seed} if args.steps is None else {"seed": args.seed, "steps": args.steps}
     cfg = TrainConfig(**{**task.default_train_config(), **overrides})
@@ -86,14 +125,7 @@ def step_train(args) -> None:
     print(f"training: {cfg.steps} steps of {cfg.batch_size} dates, Adam ({cfg.beta1}, {cfg.beta2}, {cfg.eps:g}), "
           f"{schedule}, label smoothing {cfg.label_smoothing}", flush=True)
     metrics = trainer.run(progress=not args.no_progress)
-    if final.exists():
-        old = final.with_name(final.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        staging.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        staging.rename(final)
+    move_into_place(staging, final)
     held = metrics["held_out"]
     print(f"held-out exact match: {held['exact_match']:.2%} of {held['n']} dates never seen in training "
           f"({metrics['elapsed_seconds']:.0f} s of training)")
@@ -166,8 +198,8 @@ def step_tabletop(args) -> None:
     from ..train.trainer import TrainConfig, Trainer
     from ..viz.vision import save_act
 
-    final = Path(args.runs) / "tabletop"
-    staging = final.with_name(final.name + ".training")
+    final = tabletop_dir(args)
+    staging = staging_dir(final)
     task = get_task("tabletop").create()
     cfg = TrainConfig(**{**task.default_train_config(), "steps": DEMO_STEPS, "warmup": min(50, DEMO_STEPS // 8),
                          "seed": args.seed, "eval_every": 200, "final_eval_n": DEMO_EVAL_N})
@@ -182,9 +214,7 @@ def step_tabletop(args) -> None:
           f"`npformer train tabletop` runs {task.default_train_config()['steps']}). Instructions pairing "
           "yellow with the bowl are never trained on.", flush=True)
     metrics = trainer.run(progress=not args.no_progress)
-    if final.exists():
-        shutil.rmtree(final)
-    staging.rename(final)
+    move_into_place(staging, final)
     held = metrics["held_out"]
     print(f"held-out scenes: success {held['success']:.1%} (pick and place both right, n={held['n']}); "
           f"never-trained yellow-with-bowl instructions: {held['yellow_bowl_success']:.1%}")
@@ -217,8 +247,8 @@ def step_explore(args) -> None:
 
     jobs = [(dates_dir(args), [{"text": ATTENTION_SOURCE}],
              f'npformer explore {dates_dir(args)} "{ATTENTION_SOURCE}"'),
-            (Path(args.runs) / "tabletop", [{"seed": yellow_bowl_seed(), "instruction": DEMO_INSTRUCTION}],
-             f'npformer explore {Path(args.runs) / "tabletop"} --seed {yellow_bowl_seed()} '
+            (tabletop_dir(args), [{"seed": yellow_bowl_seed(), "instruction": DEMO_INSTRUCTION}],
+             f'npformer explore {tabletop_dir(args)} --seed {yellow_bowl_seed()} '
              f'--instruction "{DEMO_INSTRUCTION}"')]
     for run_dir, inputs, command in jobs:
         if not (run_dir / "model.safetensors").is_file():
@@ -235,6 +265,7 @@ STEPS = [("lesson", step_lesson), ("train", step_train), ("translate", step_tran
 
 
 def run(args) -> int:
+    from ..train.rundir import check_removable
     from . import CLIError
 
     names = [n for n, _ in STEPS]
@@ -243,6 +274,9 @@ def run(args) -> int:
         raise CLIError(f"unknown step {unknown[0]!r} for --skip; steps: {', '.join(names)}")
     if args.steps is not None and args.steps < 1:
         raise CLIError(f"--steps must be >= 1, got {args.steps}")
+    for d in replaced_dirs(args, [n for n in names if n not in args.skip]):
+        if os.path.lexists(d):
+            check_removable(d, "the demo")                              # before training for minutes
     for name, step in STEPS:
         if name not in args.skip:
             step(args)

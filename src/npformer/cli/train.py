@@ -17,6 +17,12 @@ kernel's, so a killed trainer leaves none). A write that fails (disk full) stops
 the file and exit code 2; the last checkpoint stays, and --resume continues from it. Ctrl-C saves the
 step in progress and exits with code 130; a non-finite loss exits with code 1. A torch worker that
 dies stops the run with one line naming its rank, exit code 1; the last checkpoint stays.
+
+Run directories (``npformer.train.rundir``): --force deletes only the files npformer writes there; a
+directory holding any other file or folder stops it, deleting nothing, with one line naming that entry.
+An --out that is a symbolic link, or that holds one at a name npformer writes, stops the command with
+one line (exit code 2): npformer trains only into a real directory and never writes through a link.
+trainer_state.json may name only numpy's bit generators; another stops --resume with one line.
 """
 from __future__ import annotations
 
@@ -47,7 +53,9 @@ def add_arguments(p) -> None:
                         "or through the frozen pretrained all-MiniLM-L6-v2 (minilm); the same as "
                         "--set text_encoder=...")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    p.add_argument("--force", action="store_true", help="replace an existing run in --out")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing run in --out (deletes only npformer's files; any other file there "
+                        "stops it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-plot", action="store_true", help="do not draw curves.png")
     g = p.add_argument_group("the torch engine (needs PyTorch: pip install 'npformer[torch]')")

@@ -12,7 +12,15 @@ A run directory holds
     train.lock              present while a process trains the run (see ``RunLock``)
 
 Every file is written atomically, with ``npformer.files`` (temporary file, fsync, rename; a failed
-write raises ``files.WriteError`` naming the file and leaves the old file as it was).
+write raises ``files.WriteError`` naming the file and leaves the old file as it was), but three that
+are written in place: train.lock, and log.csv and eval.csv, appended to row by row. The full list, the
+only files ``--force`` and the demo delete, is ``train.rundir.RUN_FILES``.
+
+Links: npformer never writes through a symbolic link planted at one of these names. ``Trainer.start``
+and ``resume`` refuse, with one line naming it, a run directory that holds one, or that is one; a
+link planted while a run trains is replaced itself by the atomic writes (the rename never follows it;
+the file it points to stays as it was) and refused by the three written in place (``O_NOFOLLOW``: one
+line naming the file, and the run stops as a failed write does).
 
 A checkpoint is three files. ``save_checkpoint`` first writes all three to temporary files, so a
 crash while writing (the slow part) leaves the last good checkpoint untouched; only then does it
@@ -34,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import _fsync_dir, _stage, writing
+from ..files import _fsync_dir, _stage, open_in_place, writing
 
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
     "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
@@ -140,7 +148,7 @@ class RunLock:
     def __init__(self, run_dir) -> None:
         self.path, self._fd = Path(run_dir) / LOCK, None
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = open_in_place(self.path, os.O_RDWR | os.O_CREAT)         # a link there: refused, never truncated
             if not _try_lock(fd):
                 pid = _read_pid(fd)
                 os.close(fd)

@@ -1,5 +1,8 @@
 """A run's logs: log.csv (one row per step), eval.csv (one row per held-out evaluation), curves.png,
-and the progress bar. Rows after a checkpoint's step are dropped on resuming (that run takes them again)."""
+and the progress bar. Rows after a checkpoint's step are dropped on resuming (that run takes them again).
+
+The two logs are appended to in place, opened with ``files.open_append`` (never through a symbolic link:
+one there is a WriteError naming it); every other write replaces its file atomically."""
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_savefig, atomic_write_bytes, writing
+from ..files import atomic_savefig, atomic_write_bytes, open_append, writing
 from .checkpoint import CONFIG, read_json
 
 LOG, EVAL_LOG, CURVES = "log.csv", "eval.csv", "curves.png"
@@ -17,9 +20,10 @@ LOG_FIELDS = ["step", "loss", "lr", "grad_norm", "tokens", "seconds"]
 
 
 def write_log_header(out: Path) -> None:
-    """A fresh log.csv holding only its header."""
-    with writing(out / LOG), open(out / LOG, "w", newline="") as f:
-        csv.writer(f).writerow(LOG_FIELDS)
+    """A fresh log.csv holding only its header (written atomically: a link there is replaced, not followed)."""
+    buf = io.StringIO()
+    csv.writer(buf).writerow(LOG_FIELDS)
+    atomic_write_bytes(out / LOG, buf.getvalue().encode("utf-8"))
 
 
 def truncate_logs(out: Path, step: int) -> None:
@@ -29,23 +33,31 @@ def truncate_logs(out: Path, step: int) -> None:
         path = out / name
         if not path.is_file():
             continue
-        rows = list(csv.reader(open(path, newline="")))
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
         if not rows:
             continue
-        keep = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and int(r[0]) <= step]
+        keep = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and _step_of(r) <= step]
         buf = io.StringIO()
         csv.writer(buf).writerows(keep)
         atomic_write_bytes(path, buf.getvalue().encode("utf-8"))
+
+
+def _step_of(row: list[str]) -> float:
+    """A log row's step; a row whose step is not a whole number (cut short, or not npformer's) sorts last."""
+    try:
+        return int(row[0])
+    except ValueError:
+        return float("inf")
 
 
 def append_eval(out: Path, step: int, metrics: dict) -> None:
     """One row of eval.csv: the step and the numeric metrics, in sorted order (the header, when new)."""
     path = out / EVAL_LOG
     keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
-    new = not path.is_file()
-    with writing(path), open(path, "a", newline="") as f:
+    with open_append(path) as f, writing(path):
         w = csv.writer(f)
-        if new:
+        if f.tell() == 0:                                                # a new (or empty) file
             w.writerow(["step"] + keys)
         w.writerow([step] + [metrics[k] for k in keys])
 
@@ -55,8 +67,7 @@ class StepLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with writing(path):
-            self._file = open(path, "a", newline="")
+        self._file = open_append(path)
         self._writer = csv.writer(self._file)
 
     def row(self, *values) -> None:

@@ -21,6 +21,10 @@ Faults: one process at a time trains a run directory. ``start`` and ``resume`` t
 (``checkpoint.RunLock``; ``RunLocked`` if another process holds it) and ``run`` gives it back when it
 ends, however it ends. A failed write (disk full) raises ``WriteError`` naming the file; the last
 checkpoint stays loadable and ``resume`` continues from it.
+
+Run directories (``train.rundir``): ``start`` and ``resume`` refuse one that is a symbolic link or holds
+one at a name npformer writes; ``start(force=True)`` deletes only npformer's files and refuses, deleting
+nothing, a directory holding anything else. trainer_state.json may name only numpy's bit generators.
 """
 from __future__ import annotations
 
@@ -28,8 +32,8 @@ import contextlib
 import dataclasses
 import math
 import os
-import shutil
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -56,6 +60,7 @@ from .clip import clip_by_global_norm
 from .config import RESUMABLE, TrainConfig, TrainingDiverged
 from .optim import Adam, AdamW
 from .probe import record_probe
+from .rundir import RUN_FILES, clear_run_dir, refuse_link_dir, refuse_links
 from .runlog import (
     CURVES,
     EVAL_LOG,
@@ -76,18 +81,36 @@ __all__ = ["RESUMABLE", "TrainConfig", "Trainer", "TrainingDiverged", "plot_run"
 
 
 
+# the bit generators a trainer_state.json may name: numpy's own, never any other attribute of np.random
+BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937,
+                                          np.random.Philox, np.random.SFC64)}
+
+
 def _rng_state(g: np.random.Generator) -> dict:
     return g.bit_generator.state
 
 
-def _rng_from_state(state: dict) -> np.random.Generator:
-    bg = getattr(np.random, state["bit_generator"])()
-    bg.state = state
+def _rng_from_state(state, where: str) -> np.random.Generator:
+    """The generator whose bit generator's state is ``state``; ValueError naming ``where`` (the file and
+    entry) unless it names one of ``BIT_GENERATORS`` and holds a valid state of it."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if not isinstance(name, str) or name not in BIT_GENERATORS:
+        raise ValueError(f"{where} names bit generator {name!r}; expected one of numpy's "
+                         f"{', '.join(BIT_GENERATORS)}")
+    bg = BIT_GENERATORS[name]()
+    try:
+        bg.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as e:
+        raise ValueError(f"{where} is not a valid {name} state ({e})") from None
     return np.random.Generator(bg)
 
 
 def _has_checkpoint(out: Path) -> bool:
-    return (out / CONFIG).is_file()
+    """config.json is there, a regular file (a link there is no run; --force deletes it, start refuses it)."""
+    try:
+        return stat.S_ISREG(os.lstat(out / CONFIG).st_mode)
+    except OSError:
+        return False
 
 
 class Trainer:
@@ -126,11 +149,14 @@ class Trainer:
         out = Path(out_dir)
         if isinstance(model_config, dict):
             model_config = task.model_config(model_config)                 # checked before touching the disk
+        refuse_link_dir(out)
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"--out {out} exists and is not a directory")
         out.mkdir(parents=True, exist_ok=True)
         lock = RunLock(out)                                              # before looking: a run may be in progress
         try:
+            if not force:
+                refuse_links(out)
             if _has_checkpoint(out):
                 old = read_config(out)
                 if old["task"] != task.name:
@@ -139,13 +165,8 @@ class Trainer:
                 if not force:
                     raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
                                      "--force starts over (deleting it)")
-                for p in out.iterdir():                                  # all but the lock we hold
-                    if p.name == LOCK:
-                        continue
-                    if p.is_dir() and not p.is_symlink():
-                        shutil.rmtree(p)
-                    else:
-                        p.unlink()
+            if force:
+                clear_run_dir(out, "--force", keep=(LOCK,))             # npformer's files only, or nothing
             init_rng, data_rng, dropout_rng = (np.random.default_rng(s) for s in
                                                np.random.SeedSequence(train.seed).spawn(3))
             model = task.build_model(model_config, rng=init_rng)
@@ -172,6 +193,8 @@ class Trainer:
         from ..data.tasks import get_task
 
         out = Path(out_dir)
+        refuse_link_dir(out)
+        refuse_links(out)
         read_config(out)                                                 # a run directory? (before locking it)
         lock = RunLock(out)
         try:
@@ -218,26 +241,33 @@ class Trainer:
         save_checkpoint(self.out, self.model.state_dict(), self.optimizer.state_dict(), state, self.step)
 
     def load(self) -> None:
-        clean_stale_temporaries(self.out)
+        clean_stale_temporaries(self.out, RUN_FILES)
         for name in (MODEL, OPTIMIZER, STATE):
             if not (self.out / name).is_file():
                 raise FileNotFoundError(f"{self.out} has no {name}: nothing to resume")
         weights, wmeta = read_safetensors(self.out / MODEL)
         check_state_matches(self.model.state_dict(), weights, str(self.out / MODEL))
         opt, ometa = read_safetensors(self.out / OPTIMIZER)
-        state = read_json(self.out / STATE)
+        where = self.out / STATE
+        state = read_json(where)
+        if not isinstance(state, dict):
+            raise ValueError(f"{where} is not a JSON object")
         steps = {MODEL: wmeta.get("step"), OPTIMIZER: ometa.get("step"), STATE: str(state.get("step"))}
         if len(set(steps.values())) != 1:
             raise ValueError(f"{self.out}: checkpoint files disagree on the step ({steps}); "
                              "a save was cut short between renames")
+        try:
+            step = int(state["step"])
+            elapsed, cpu = float(state.get("elapsed_seconds", 0.0)), float(state.get("cpu_seconds", 0.0))
+            tokens = int(state.get("tokens", 0))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where} lacks a whole 'step' or has a non-numeric time or token count") from None
+        data_rng = _rng_from_state(state.get("data_rng"), f"{where}: 'data_rng'")
+        dropout_rng = _rng_from_state(state.get("dropout_rng"), f"{where}: 'dropout_rng'")
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(opt)
-        self.step = int(state["step"])
-        self.elapsed = float(state.get("elapsed_seconds", 0.0))
-        self.cpu = float(state.get("cpu_seconds", 0.0))
-        self.tokens = int(state.get("tokens", 0))
-        self.data_rng = _rng_from_state(state["data_rng"])
-        self.dropout_rng = _rng_from_state(state["dropout_rng"])
+        self.step, self.elapsed, self.cpu, self.tokens = step, elapsed, cpu, tokens
+        self.data_rng, self.dropout_rng = data_rng, dropout_rng
         if (self.out / METRICS).is_file():
             self.metrics = read_json(self.out / METRICS)
 
