@@ -91,7 +91,7 @@ def test_two_threads_encoding_at_once_get_their_results_and_restore_the_blas(mon
                 a_done.set()
 
     threads = {k: threading.Thread(target=run, args=(k,), name=k) for k in texts}
-    users = max(blas_threads())
+    was = max(blas_threads())
     set_blas_threads(2)
     try:
         before = blas_threads()
@@ -102,7 +102,7 @@ def test_two_threads_encoding_at_once_get_their_results_and_restore_the_blas(mon
             t.join()
         after = blas_threads()
     finally:
-        set_blas_threads(users)
+        set_blas_threads(was)
     assert not errors, errors
     for k in texts:
         np.testing.assert_array_equal(out[k], alone[k], err_msg=k)
