@@ -86,6 +86,30 @@ def test_a_long_prompt_prefills_through_the_tiled_kernel(dtype, rng, monkeypatch
     _close(inc, full, dtype)
 
 
+@pytest.mark.parametrize("threshold,tiled", [(36, True), (37, False)])
+def test_the_prefill_reads_tiled_min_scores_at_its_one_home(threshold, tiled, rng, monkeypatch):
+    """nn.attention.TILED_MIN_SCORES, set there and nowhere else, picks the prefill's kernel: a
+    6-token prompt (36 scores per head) goes tiled at a threshold of 36 and exact at 37."""
+    import npformer.decode.kvcache as kvcache
+    import npformer.nn.attention as attention_module
+
+    monkeypatch.setattr(attention_module, "TILED_MIN_SCORES", threshold)
+    calls = []
+    real = kvcache.flash_attention_forward
+
+    def spy(q, k, v, **kw):
+        calls.append(q.shape)
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(kvcache, "flash_attention_forward", spy)
+    model = make_lm(np.float64, norm_first=False, tie=True, pad_id=0)
+    ids = rng.integers(1, 12, (2, 8))
+    full, _ = model.forward(ids)
+    inc = _incremental(make_stepper(model, batch=2), ids, [6, 1, 1])
+    assert calls == ([(2, 2, 6, 8)] * 2 if tiled else [])   # the prompt, in both layers; never the steps
+    _close(inc, full, np.float64)
+
+
 def test_cached_and_uncached_decoding_give_the_same_tokens(rng):
     model = make_seq2seq(np.float32)
     src = sources(rng, b=5)

@@ -26,10 +26,11 @@ not twinned: each layer runs its own ``block`` (nn/sublayer.py) around these sub
 LayerNorm and residual of the full forward. Pinned by tests/decode/test_kvcache.py (cached logits
 equal the full forward's, both model kinds, post-LN and pre-LN, float64 and float32).
 
-A long first step (the prompt, t * t >= ``TILED_MIN_SCORES`` scores per head, into an empty cache)
-runs the tiled kernel (``ops/flash_attention.py``) with its own causal rule and the key-padding mask
-alone: neither the (B, 1, t, t) mask nor the (B, H, t, t) scores are built, so a prompt of 16,384
-positions prefills in O(t) memory per head. Steps after it attend one or a few rows, exactly.
+A long first step (the prompt, into an empty cache) runs the tiled kernel (``ops/flash_attention.py``)
+with its own causal rule and the key-padding mask alone: neither the (B, 1, t, t) mask nor the
+(B, H, t, t) scores are built, so a prompt of 16,384 positions prefills in O(t) memory per head.
+Steps after it attend one or a few rows, exactly. "Long" is training's rule, ``nn.attention.use_tiled``
+(t * t >= ``TILED_MIN_SCORES`` scores per head), read at each step: the threshold lives there alone.
 
 Dimension legend: B batch (sources x beams), H heads, L cache capacity (positions),
 D head size, E model width, S source positions, p positions already cached, t new positions,
@@ -42,7 +43,7 @@ from functools import partial
 import numpy as np
 
 from ..models.config import check_ids
-from ..nn.attention import TILED_MIN_SCORES, merge_heads
+from ..nn.attention import merge_heads, use_tiled
 from ..ops import attention_forward, causal_mask, flash_attention_forward
 
 
@@ -190,7 +191,8 @@ class _CachedDecoder:
         ids = check_ids(ids, "ids", self.vocab_size)
         t = ids.shape[1]
         x, _ = self.embed.forward(ids, offset=cache.length)                # (B, t, E)
-        tiled = cache.length == 0 and t * t >= TILED_MIN_SCORES            # a long prompt: O(t) memory
+        # a long prompt into an empty cache: the tiled kernel, O(t) memory, by nn/attention.py's rule
+        tiled = cache.length == 0 and use_tiled(need_weights=False, training=False, t_q=t, t_k=t)
         valid = _valid(ids, self.model.config.pad_id)                       # (B, t) or None
         if tiled:
             mask = cache.prefill_mask(t, valid)                             # (B, 1, 1, t)

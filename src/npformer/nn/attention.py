@@ -29,7 +29,9 @@ from .module import Module
 # Per head, the number of scores Tq * Tk from which the tiled kernel is no slower than the exact one,
 # forward and backward in float32 on one BLAS thread (benchmarks/bench_long_attention.py --crossover:
 # tiled/exact about 1.2-1.4 at T = 64..128, 0.85-1.15 at T = 256..512, 0.5-0.6 at T = 1,024).
-# Below it, training keeps the exact kernel, so the demos' short sequences run as before.
+# Below it, training keeps the exact kernel, so the demos' short sequences run as before. The one
+# home of the threshold: ``use_tiled`` reads it at each call, for training and for the KV cache's
+# prefill (decode/kvcache.py) alike, so setting it here moves both.
 TILED_MIN_SCORES = 512 * 512
 
 

@@ -8,17 +8,39 @@ the README's machine about 0.2 s of a 0.8 s step was spent in those page faults.
 
 ``empty(shape, dtype)`` hands out an array that an earlier call made and nobody uses any more,
 instead of a new one. "Nobody uses it" is read from the reference count: the pool holds one
-reference, so an array with no other reference (no variable, no cache, no grads dict and no
-view, since a view holds its base) is free. An array someone still holds is never handed out
-again, so results stay exactly as if every array were new; only the page faults go.
+reference, so an array with no other reference is free. An array someone still holds is never
+handed out again, so results stay exactly as if every array were new; only the page faults go.
+
+Which arrays are recycled, exactly: an array that ``empty`` handed out, once the pool's reference
+is the only strong reference left to it. Anything that holds a reference keeps it: a variable, a
+list, dict or cache, a view or reshape (a view holds its base), ``memoryview``, ``np.frombuffer``
+and ``a.ctypes.data_as`` (they hold the array too). What does not hold it: a ``weakref`` (or a
+``WeakValueDictionary``), and a raw address (``a.ctypes.data``, ``a.__array_interface__``, ``id``)
+kept by Python or by C code. An array kept only that way may be handed out again and overwritten.
+The results that come from the pool are ``linear_forward``'s output and ``linear_backward``'s dx and
+dw (so a model's logits, the input gradients a ``backward`` returns and the weight gradients in
+its grads dict) and cross-entropy's cache and gradient (ops/losses.py); Adam's scratch never
+leaves ``step``. Keep any of them through an ordinary reference and no later step writes into it
+(tests/ops/test_workspace.py keeps logits and gradients over later training steps, also from
+several threads at once, and compares them bit for bit).
+
+Threads: the pool's lists and counters change only under one lock, and the test "is this array
+free" and the taking of it happen under that lock too, so two threads never get the same array
+(tests/ops/test_workspace.py forces a thread switch between the two). Short of a weakref, a thread
+can make a new reference to a pooled array only from one it already holds, so an array seen free
+stays free until the pool hands it out. Only CPython with the GIL pools at all (``_ENABLED``).
 
 Only arrays of at least ``MIN_BYTES`` are pooled (smaller ones come from malloc's own free
 lists). An array nobody has asked for in the last ``MAX_AGE`` pooled requests is dropped once
 free (a step of the base model makes 112 such requests), so the pool follows the work being
 done and lets go of an earlier job's shapes; it also keeps at most ``limit_bytes()`` in all, past
-which free arrays are dropped least recently used first, and a request that still does not fit
-gets a plain ``np.empty``. ``clear()`` drops every array the pool holds (the ones in use stay
-valid with their users).
+which free arrays are dropped least recently used first. A request that would not fit even with
+every free array dropped gets a plain ``np.empty`` and leaves the pool as it was.
+
+``clear()`` lets go of everything the pool holds: the free arrays go back to malloc at once, and
+the ones in use stay valid with their users, who free them as usual. A long-lived process calls
+it when a job ends, since nothing else would age the pool out while no requests come: the trainer
+when a run ends, however it ends (train/trainer.py), and the explorer's server when it is idle.
 """
 from __future__ import annotations
 
@@ -59,6 +81,11 @@ def _free_index(shape: tuple, dtype: np.dtype) -> int:
     return -1
 
 
+def _free_bytes() -> int:
+    """Bytes of the pooled arrays nobody else holds."""
+    return sum(_arrays[i].nbytes for i in range(len(_arrays)) if _refs(_arrays, i) <= _FREE_REFS)
+
+
 def _drop_free(until: int, older_than: int | None = None) -> None:
     """Drop arrays nobody holds, least recently used first, until at most ``until`` bytes are
     held; with ``older_than``, only those last handed out before that request count."""
@@ -80,7 +107,7 @@ def empty(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     shape = tuple(int(n) for n in (shape if isinstance(shape, tuple) else (shape,)))
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if not _ENABLED or nbytes < MIN_BYTES:
+    if not _ENABLED or nbytes < MIN_BYTES or nbytes > _LIMIT:
         return np.empty(shape, dtype)
     with _lock:
         _tick += 1
@@ -92,10 +119,10 @@ def empty(shape, dtype) -> np.ndarray:
             _last.pop(i)
         else:
             if _held + nbytes > _LIMIT:
+                if _held - _free_bytes() + nbytes > _LIMIT:
+                    return np.empty(shape, dtype)  # the arrays in use leave no room: not pooled
                 _drop_free(_LIMIT - nbytes)
             a = np.empty(shape, dtype)
-            if _held + nbytes > _LIMIT:
-                return a                           # does not fit: not pooled
             _held += nbytes
         _arrays.append(a)                          # most recently handed out last
         _last.append(_tick)
@@ -103,7 +130,9 @@ def empty(shape, dtype) -> np.ndarray:
 
 
 def clear() -> None:
-    """Drop every array the pool holds; arrays still in use stay valid with their users."""
+    """Let go of every array the pool holds: the free ones are freed now, the ones in use stay
+    valid with their users (and are freed when they let go). For the end of a job in a process
+    that lives on; the pool fills again from the next request."""
     global _held
     with _lock:
         _arrays.clear()

@@ -4,14 +4,26 @@ softmax, GELU and LayerNorm uses half of a two-core machine. Sentences are indep
 so here each of ``threads`` Python threads runs whole pieces of the batch (numpy releases
 the GIL inside its loops), while the BLAS is held to one thread so that its threads and
 ours don't compete for the same cores. The BLAS setting is restored afterwards.
+
+The BLAS limit is one setting for the whole process, so calls that overlap (two user threads
+encoding at once) share one limit: the first to start sets it, the last to end restores what was
+there before, under one lock. Each call saving and restoring its own would race: the second would
+save the first's 1 and put it back last, leaving the BLAS on one thread for good. The first and
+the last may be different threads; threadpoolctl (3.8 on) lets only one thread at a time set
+OpenBLAS's process-wide limit, so each hands that control back once it has set or restored.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 _controller = None
+_lock = threading.Lock()
+_limiter = None                     # threadpoolctl's limiter while any call holds the BLAS to one thread
+_users = 0                          # how many calls hold it now
+_outside = 1                        # the BLAS's own thread count, read before the first of them limited it
 
 
 def _blas():
@@ -26,21 +38,49 @@ def _blas():
     return _controller.select(user_api="blas")
 
 
+def _release_control() -> None:
+    """Give back threadpoolctl's control of OpenBLAS if this thread holds it (threadpoolctl >= 3.8:
+    only the thread that set a limit last may set the next, until it gives control back)."""
+    try:
+        from threadpoolctl import OpenBLASController
+    except ImportError:
+        return
+    getattr(OpenBLASController, "clear_controlling_thread", lambda: None)()
+
+
+def _blas_threads(blas) -> int:
+    return max((lib.get("num_threads") or 1 for lib in blas.info()), default=1) if blas is not None else 1
+
+
 def default_threads() -> int:
-    """As many threads as numpy's BLAS would use (its own default), at most the CPU count."""
-    blas = _blas()
-    n = max((lib.get("num_threads") or 1 for lib in blas.info()), default=1) if blas is not None else 1
+    """As many threads as numpy's BLAS would use (its own default), at most the CPU count; while
+    other calls hold the BLAS to one thread, what it used before they did."""
+    with _lock:
+        n = _outside if _users else _blas_threads(_blas())
     return max(1, min(n, os.cpu_count() or 1))
 
 
 @contextlib.contextmanager
-def _blas_limited(n: int):
-    blas = _blas()
-    if blas is None or not blas.info():
+def _one_blas_thread():
+    """The BLAS on one thread inside; the first of overlapping calls sets it, the last restores it."""
+    global _limiter, _users, _outside
+    with _lock:
+        if _users == 0:
+            blas = _blas()
+            if blas is not None and blas.info():
+                _outside = _blas_threads(blas)
+                _limiter = blas.limit(limits=1)
+                _release_control()
+        _users += 1
+    try:
         yield
-        return
-    with blas.limit(limits=n):
-        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0 and _limiter is not None:
+                _limiter.restore_original_limits()
+                _release_control()
+                _limiter = None
 
 
 def map_threads(fn, items: list, threads: int, one_blas_thread: bool = False):
@@ -48,11 +88,11 @@ def map_threads(fn, items: list, threads: int, one_blas_thread: bool = False):
     with the BLAS on one thread until the last result is taken. Inline (on the calling thread)
     otherwise, with the BLAS on its own threads unless ``one_blas_thread``."""
     if threads <= 1 or len(items) <= 1:
-        with _blas_limited(1) if one_blas_thread else contextlib.nullcontext():
+        with _one_blas_thread() if one_blas_thread else contextlib.nullcontext():
             for item in items:
                 yield fn(item)
         return
-    with _blas_limited(1):
+    with _one_blas_thread():
         pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
         try:
             yield from pool.map(fn, items)

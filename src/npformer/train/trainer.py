@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write_json, clean_stale_temporaries
+from ..ops import workspace
 from ..settings import from_dict as settings_from_dict
 from .checkpoint import (
     CONFIG,
@@ -316,6 +317,7 @@ class Trainer:
         try:
             return self._run(progress, plot, out)
         finally:
+            workspace.clear()              # the process may live on (a study, Jupyter): free the pool's arrays
             self.close()
 
     def _run(self, progress: bool, plot: bool, out) -> dict:
