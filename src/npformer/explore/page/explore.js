@@ -1312,8 +1312,11 @@
     $("serve-status").textContent = "running the model\u2026";
     showError("");
     try {
-      const res = await fetch(serve.api, { method: "POST", headers: { "Content-Type": "application/json" },
-                                           body: JSON.stringify({ inputs: inputs }) });
+      // the server's token came in this page's URL (?token=HEX); the API wants it back with each request
+      const token = new URLSearchParams(location.search).get("token") || "";
+      const res = await fetch(serve.api, { method: "POST", body: JSON.stringify({ inputs: inputs }),
+                                           headers: { "Content-Type": "application/json",
+                                                      "Authorization": "token " + token } });
       let body;
       try { body = await res.json(); } catch (e) { body = { error: "the server answered " + res.status + " without JSON" }; }
       if (!res.ok || body.error) {
