@@ -166,7 +166,8 @@ def _launch(args, task_cls, sets: dict, budget: dict, out: Path, engine: dict, t
     if code == 0 and trainer is not None:
         _done(read_json(out / METRICS), out, args, t0)
     elif code == 0:
-        print(f"machine {engine['node_rank']}: its {engine['nproc']} workers are done; machine 0 wrote the run")
+        workers = f"{engine['nproc']} workers are" if engine["nproc"] > 1 else "1 worker is"
+        print(f"machine {engine['node_rank']}: its {workers} done; machine 0 wrote the run")
     return code
 
 

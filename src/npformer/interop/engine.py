@@ -23,21 +23,31 @@ masks the uninterrupted one would have.
 
 Rank 0 leads: it runs the Trainer's loop, evaluates and writes the run directory, and before each
 step broadcasts STEP (at the end, STOP); the other ranks ``follow``. Workers are launched by
-``npformer.interop.launch`` and start in ``npformer.interop.worker``.
+``npformer.interop.launch`` and start in ``npformer.interop.worker``. Between ranks travel tensors
+only: the configuration and trainer state as UTF-8 JSON bytes (length first), never a pickle.
+
+A global batch with no scored target (every target padding or ignored) has no mean loss: every rank
+sees n = 0 after the all-reduce and raises ``NoScoredTargets`` before any gradient is computed.
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
 
 import numpy as np
 import torch
 
 from ..models.classifier import IGNORE_LABEL
 from ..train.checkpoint import read_config
-from ..train.trainer import Trainer, TrainingDiverged
+from ..train.trainer import Trainer, TrainingDiverged, _saved_step
 from .torch import _key_from_torch, _load_from_torch, to_torch
 
 STOP, STEP = 0, 1                      # the leader's word to the followers before each step
+
+
+class NoScoredTargets(ValueError):
+    """A global batch without one scored target: its mean loss is 0 / 0, so no update can be computed."""
 
 
 # -- what the loss scores, per model kind: (logits (N, C), targets (N,), ignored target) ----------
@@ -101,6 +111,7 @@ class TorchTrainer(Trainer):
         self.rank, self.world, self.device = 0, 1, "cpu"
         self.twin = self.ddp = self.torch_optimizer = None
         self.twin_params: dict = {}                          # npformer key -> the twin's Parameter
+        self.interrupted = None                              # rank 0's worker: "was there a Ctrl-C before the loop?"
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -109,23 +120,24 @@ class TorchTrainer(Trainer):
         the launching process, which holds its lock); the others receive its config and state from
         rank 0, so they need no copy of the directory. Every rank then calls ``attach``."""
         dist = torch.distributed
-        payload = [None]
         if dist.get_rank() == 0:
+            data = b""                                               # empty tells the others to give up
             try:
                 self = cls.from_config(out_dir, read_config(out_dir))
                 self.load()
-                payload = [{"config": self.config, "step": self.step, "adam_step": self.optimizer.t,
-                            "data_rng": self.data_rng.bit_generator.state}]
+                data = json.dumps({"config": self.config, "step": self.step, "adam_step": self.optimizer.t,
+                                   "data_rng": self.data_rng.bit_generator.state}).encode("utf-8")
             finally:
-                dist.broadcast_object_list(payload, src=0)           # None tells the others to give up
+                broadcast_bytes(data, device)
         else:
-            dist.broadcast_object_list(payload, src=0)
-            if payload[0] is None:
+            data = broadcast_bytes(None, device)
+            if not data:
                 raise SystemExit(0)                                  # the leader reports why
-            self = cls.from_config(out_dir, payload[0]["config"])
-            self.step, self.optimizer.t = payload[0]["step"], payload[0]["adam_step"]
+            payload = json.loads(data.decode("utf-8"))
+            self = cls.from_config(out_dir, payload["config"])
+            self.step, self.optimizer.t = payload["step"], payload["adam_step"]
             self.data_rng = np.random.default_rng()
-            self.data_rng.bit_generator.state = payload[0]["data_rng"]
+            self.data_rng.bit_generator.state = payload["data_rng"]
         self.lock = _LauncherLock()
         for a in [*self.model.state_dict().values(), *self.optimizer.m.values(), *self.optimizer.v.values()]:
             t = torch.from_numpy(a).to(device)                       # rank 0's weights and moments, in place
@@ -183,6 +195,11 @@ class TorchTrainer(Trainer):
         if self.world > 1:
             torch.distributed.all_reduce(totals)
         total, n = totals.tolist()
+        if n == 0:                                  # every rank sees it, before backward's collectives
+            raise NoScoredTargets(f"step {self.step + 1}: no target of the batch of {size} examples is scored "
+                                  "(every one is padding or ignored), so its mean loss is undefined; training "
+                                  f"stopped. The last good checkpoint (step {_saved_step(self.out)}) is kept in "
+                                  f"{self.out}")
         self.torch_optimizer.zero_grad(set_to_none=True)
         (loss_sum * (self.world / n)).backward()
         clip = cfg.clip_norm if cfg.clip_norm is not None else float("inf")
@@ -227,7 +244,9 @@ class TorchTrainer(Trainer):
         return int(t.item())
 
     def _train_step(self, log):
-        self._word(STEP)
+        if self.interrupted is not None and self.interrupted():
+            signal.raise_signal(signal.SIGINT)      # a Ctrl-C from before the loop: the loop's own handler takes
+        self._word(STEP)                            # it now, so this step is finished and saved (worker.py)
         return super()._train_step(log)
 
     def stop_followers(self) -> None:
@@ -239,8 +258,23 @@ class TorchTrainer(Trainer):
         while self._word(STOP) == STEP:
             try:
                 Trainer._train_step(self, _NO_LOG)
-            except TrainingDiverged:                                  # the leader says so and stops the run
+            except (TrainingDiverged, NoScoredTargets):               # the leader says so and stops the run
                 pass
+
+
+def broadcast_bytes(data: bytes | None, device: str = "cpu") -> bytes:
+    """Rank 0's ``data`` to every rank (the others pass None): its length, then its bytes, as tensors on
+    ``device`` (nccl sends only those), so nothing between ranks is pickled, as broadcast_object_list does."""
+    dist = torch.distributed
+    size = torch.tensor([-1 if data is None else len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    n = int(size.item())
+    if not n:
+        return b""
+    buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if data is not None
+           else torch.empty(n, dtype=torch.uint8, device=device))
+    dist.broadcast(buf, src=0)
+    return buf.cpu().numpy().tobytes()
 
 
 class _NoLog:

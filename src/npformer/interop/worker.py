@@ -9,6 +9,11 @@ the training loop and writes, the others follow it (``engine.TorchTrainer``).
 Exit codes, which the launcher reads: 0 done; 1 training diverged and 2 an error, each said in one
 line by rank 0; 130 interrupted (rank 0 saved the step in progress); PEER_LOST when a collective
 failed because another worker went away (nothing printed: the launcher names the worker that did).
+
+Ctrl-C: the launcher forwards one SIGINT to each of its workers. The others ignore it from their first
+line on. Rank 0 holds it from its first line too: inside the Trainer's loop the loop's own handler
+finishes the step in progress and saves it; one that came earlier (while torch loads, while joining)
+is handed to that handler at the first step, so that step is the one saved.
 """
 from __future__ import annotations
 
@@ -23,6 +28,9 @@ PEER_LOST = 3
 
 def main(argv: list[str] | None = None) -> int:
     plan = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    # Ctrl-C, before torch takes seconds to load: rank 0 finishes the step, saves, then stops the others
+    early = _EarlyInterrupt() if os.environ.get("RANK", "0") == "0" else None
+    signal.signal(signal.SIGINT, signal.SIG_IGN if early is None else early)
     import torch
     import torch.distributed as dist
 
@@ -34,12 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         device = f"cuda:{local}"
     dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     rank = dist.get_rank()
-    if rank:                                       # Ctrl-C: rank 0 finishes the step, saves, then stops us
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
     code = None
     try:
         try:
-            code = _work(plan, device, rank)
+            code = _work(plan, device, rank, early)
         except SystemExit as e:                    # a follower told that the leader could not read the run
             code = e.code if isinstance(e.code, int) else 0
         dist.barrier()                             # nobody tears down while another is mid-collective
@@ -69,7 +75,21 @@ def peer_lost(e: BaseException) -> bool:
     return isinstance(e, dist.DistError) or any(s in str(e) for s in _GONE)
 
 
-def _work(plan: dict, device: str, rank: int) -> int:
+class _EarlyInterrupt:
+    """Rank 0's SIGINT handler outside the Trainer's loop: notes the Ctrl-C, for the loop to take."""
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def __call__(self, signum, frame) -> None:
+        self.pending = True
+
+    def take(self) -> bool:
+        pending, self.pending = self.pending, False
+        return pending
+
+
+def _work(plan: dict, device: str, rank: int, early: _EarlyInterrupt | None = None) -> int:
     """Join the run, then lead it (rank 0) or follow."""
     from .engine import TorchTrainer
 
@@ -81,6 +101,8 @@ def _work(plan: dict, device: str, rank: int) -> int:
     if rank:
         trainer.follow()
         return 0
+    if early is not None:
+        trainer.interrupted = early.take
     return _lead(trainer, plan)
 
 
@@ -88,6 +110,7 @@ def _lead(trainer, plan: dict) -> int:
     """Rank 0: the Trainer's loop; the others are told to stop when it ends (unless a collective failed:
     then there is nobody to tell)."""
     from ..train.trainer import TrainingDiverged
+    from .engine import NoScoredTargets
 
     try:
         trainer.run(progress=plan["progress"], plot=plan["plot"])
@@ -97,21 +120,32 @@ def _lead(trainer, plan: dict) -> int:
         code = 1
     except KeyboardInterrupt:                      # the step in progress is saved (Trainer.run)
         code = 130
-    except OSError as e:                           # a write that failed (disk full): WriteError names the file
+    except (OSError, NoScoredTargets) as e:        # a write that failed (disk full): WriteError names the file
         sys.stderr.write(f"npformer train: error: {e}\n")
         code = 2
     trainer.stop_followers()
     return code
 
 
-def quiet_torch_logs() -> None:
+def quiet_torch_logs() -> dict[str, int]:
     """torch.distributed's loggers (those imported so far) write their warnings and errors to stderr;
-    npformer's command says in one line what happened instead. NPFORMER_DEBUG=1 keeps them."""
+    npformer's command says in one line what happened instead. NPFORMER_DEBUG=1 keeps them.
+    Returns the levels they had, {name: level}, for ``restore_logs``."""
     if os.environ.get("NPFORMER_DEBUG"):
-        return
+        return {}
     names = [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.")]
+    before = {}
     for name in ["torch.distributed", *names]:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+        logger = logging.getLogger(name)
+        before[name] = logger.level
+        logger.setLevel(logging.CRITICAL)
+    return before
+
+
+def restore_logs(levels: dict[str, int]) -> None:
+    """Give loggers back the levels ``quiet_torch_logs`` returned."""
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 if __name__ == "__main__":
