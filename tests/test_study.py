@@ -223,6 +223,8 @@ def test_the_command_runs_a_whole_study_and_prints_table_and_sentence(tmp_path, 
     out = capsys.readouterr().out
     assert re.search(r"^16 heads\s+16\s+4\s+1\s", out, flags=re.M)                 # d_model 64 in 16 slices of 4
     assert "wrote " in out and "heads.csv" in out
+    assert re.search(r"^took \d+ min \d+ s; load average (\d+\.\d|unknown) at the start, (\d+\.\d|unknown) at the end$",
+                     out, flags=re.M)
     rows = _read_csv(tmp_path / "heads.csv")
     assert [int(r["n_heads"]) for r in rows] == [1, 2, 4, 8, 16]
     assert len({r["parameters"] for r in rows}) == 1                              # splitting adds no parameters
