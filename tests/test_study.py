@@ -1,6 +1,8 @@
 """`npformer study NAME`: each study end to end on a tiny budget (two settings, one seed, a few steps,
-a few years of dates), its CSV's columns, its figure, and its sentence fed hand-made numbers both
-ways; the model variants, the probes, the command's one-line errors and the lesson's pointer."""
+a few years of dates; the heads study also on the tabletop policy), its CSV's columns and values, its
+figure, its sentence checked against the numbers read back from the CSV, and fed hand-made numbers
+both ways; the positions study's columns all from one sample; the model variants, the probes, the
+command's one-line errors and the lesson's pointer."""
 import contextlib
 import csv
 import io
@@ -12,12 +14,14 @@ import pytest
 from npformer.cli import main
 from npformer.data.tasks import get_task
 from npformer.studies import STUDIES, get_study
-from npformer.studies.common import Options, compare, finish, mean_sd, run_study
+from npformer.studies import positions as positions_module
+from npformer.studies.common import Options, Setting, compare, finish, mean_sd, run_study
 from npformer.studies.heads import HeadsStudy
 from npformer.studies.positions import PositionsStudy
 from npformer.studies.probes import (
     bag,
     head_entropies,
+    heldout_pairs,
     is_anagram_of_another,
     month_span,
     order_blind,
@@ -42,7 +46,18 @@ COLUMNS = {                     # then, in understanding, one entropy_* column p
     "understanding": BASE[:1] + ["n_encoder_layers", "feed_forward"] + BASE[1:] + [
         "stage", "exact_match", "loss", "month_share", "uniform_share", "parameters", "encoder_entropy",
         "decoder_entropy", "cross_entropy"],
+    "heads-tabletop": BASE[:1] + ["n_heads", "head_size"] + BASE[1:] + [
+        "parameters", "success", "pick_accuracy", "place_accuracy", "loss", "yellow_bowl_success"],
 }
+# what each CSV column holds: shares of held-out examples lie in [0, 1]; some are shares of nothing
+# (NaN) when their subset is empty; attention entropies, as shares of uniform's, lie in (0, 1]
+SHARES = {"exact_match", "token_accuracy", "shuffled_same", "shuffled_exact_match", "anagram_share",
+          "order_blind_ceiling", "uniform_share", "success", "pick_accuracy", "place_accuracy",
+          "yellow_bowl_success"}
+SHARES_OF_SUBSETS = {"anagram_exact_match", "other_exact_match", "anagram_errors", "month_share"}
+ENTROPIES = {"encoder_entropy", "decoder_entropy", "cross_entropy"}
+LABELS = {"setting", "positions", "feed_forward", "stage", "example", "n_heads", "head_size", "n_encoder_layers",
+          "seed", "steps", "parameters", "seconds"}
 
 
 def _two_settings(cls, keep):
@@ -58,25 +73,147 @@ def _read_csv(path):
         return list(csv.DictReader(f))
 
 
+# a decimal in a sentence: a percentage, a spread ("± 1.2%"), points of a percentage, or a plain ratio
+NUMBER = re.compile(r"(± )?(\d+\.\d+)(%| points)?")
+
+
+def _near(x: float, unit: str, value: float) -> bool:
+    """``x`` as printed (one decimal of a percentage, two of a plain ratio) is ``value`` rounded."""
+    return abs(x - 100 * value) <= 0.05 + 1e-9 if unit else abs(x - value) <= 0.005 + 1e-9
+
+
+def _check_values(rows: list[dict], untrained: bool) -> None:
+    """Every measured cell read back from the CSV is in its range; ``untrained``: the models have not
+    learned the task yet, so none translates a whole date."""
+    for r in rows:
+        for k, v in r.items():
+            if k in LABELS:
+                continue
+            x = float(v)
+            if k in SHARES:
+                assert 0 <= x <= 1, (k, x)
+            elif k in SHARES_OF_SUBSETS:
+                assert np.isnan(x) or 0 <= x <= 1, (k, x)
+            elif k in ENTROPIES or k.startswith("entropy_"):
+                assert 0 < x <= 1 + 1e-6, (k, x)                 # 1: uniform, up to float32 rounding
+            elif k == "loss":
+                assert 0 < x < np.inf, (k, x)
+            else:
+                raise AssertionError(f"no range known for the CSV column {k!r}")
+        assert float(r["seconds"]) > 0 and ("parameters" not in r or int(r["parameters"]) > 0)
+        if untrained and "exact_match" in r:
+            assert float(r["exact_match"]) == 0.0, r
+
+
+def _check_sentence(sentence: str, rows: list[dict], quoted: list[tuple[float, str]]) -> None:
+    """The sentence against the numbers read back from the CSV (one seed: a setting's mean is its row,
+    its spread 0): every percentage in it is a share of the CSV or the failure 1 - share, every "points"
+    a difference of the positions study's ceiling and exact match, every plain ratio a cell; and each
+    (value, unit) of ``quoted`` is printed in it ("%" a percentage, "" a ratio)."""
+    cells = [float(v) for r in rows for k, v in r.items() if k not in LABELS]
+    cells = [x for x in cells if not np.isnan(x)]
+    gaps = [float(r["order_blind_ceiling"]) - float(r["exact_match"]) for r in rows if "order_blind_ceiling" in r]
+    printed = []
+    for spread, number, unit in NUMBER.findall(sentence):
+        x = float(number)
+        if spread:
+            assert x == 0.0, f"one seed, yet a spread of {number}%: {sentence}"
+        elif unit == " points":
+            assert any(_near(x, unit, g) for g in gaps), f"{number} points is no gap of the CSV: {sentence}"
+        else:
+            assert any(_near(x, unit, c) or (unit and _near(x, unit, 1 - c)) for c in cells), \
+                f"{number}{unit} is no number of the CSV: {sentence}"
+            printed.append((x, unit))
+    for value, unit in quoted:
+        assert any(u == unit and _near(x, unit, value) for x, u in printed), \
+            f"the CSV's {value} is not in the sentence: {sentence}"
+
+
+def _quoted(name: str, rows: list[dict]) -> list[tuple[float, str]]:
+    """The CSV's numbers that the study's sentence must print, whatever its words."""
+    def cell(key, **match):
+        return float(next(r for r in rows if all(r[k] == v for k, v in match.items()))[key])
+
+    if name.startswith("heads"):                        # the best mean, which every wording names
+        metric = "exact_match" if "exact_match" in rows[0] else "success"
+        return [(max(float(r[metric]) for r in rows), "%")]
+    if name == "positions":
+        out = [(cell("exact_match", setting="no positions"), "%"), (cell("shuffled_same", setting="no positions"), "%"),
+               (cell("shuffled_same", setting="learned"), "%")]
+        return out + [(cell("order_blind_ceiling", setting="no positions"), "%")]
+    untrained, trained = {"setting": "2 layers", "stage": "untrained"}, {"setting": "2 layers", "stage": "trained"}
+    return [(cell("exact_match", **untrained), "%"), (cell("month_share", **untrained), "%"),
+            (cell("uniform_share", **trained), "%"), (cell("exact_match", **trained), "%"),
+            (cell("month_share", **trained), "%"), (cell("cross_entropy", **untrained), ""),
+            (cell("cross_entropy", **trained), "")]
+
+
+def _check_run(result, out, name: str, columns: list[str], keep, steps: int, untrained: bool = True) -> None:
+    """A finished tiny study: its files, its CSV's columns and values, and its sentence against the CSV."""
+    names = sorted(p.name for p in result.files)
+    stem = name.split("-")[0]
+    assert f"{stem}.csv" in names and f"{stem}.png" in names and f"{stem}.txt" in names
+    rows = _read_csv(out / f"{stem}.csv")
+    header = list(rows[0])
+    assert header[:len(columns)] == columns and header[-1] == "seconds"
+    assert all(k.startswith("entropy_") for k in header[len(columns):-1])
+    assert (len(header) > len(columns) + 1) == (name == "understanding")
+    assert {r["setting"] for r in rows} == set(keep)
+    assert all(r["steps"] == str(steps) and r["seed"] == "0" for r in rows)
+    assert (out / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    _check_values(rows, untrained)
+    _check_sentence(result.sentence, rows, _quoted(name, rows))
+    assert result.sentence in (out / f"{stem}.txt").read_text()
+
+
 @pytest.mark.parametrize("cls, keep", [(HeadsStudy, ("1 head", "16 heads")),
                                        (PositionsStudy, ("learned", "no positions")),
                                        (UnderstandingStudy, ("2 layers", "2 layers, no FFN"))])
 def test_each_study_end_to_end_on_a_tiny_budget(tmp_path, cls, keep):
     study = _two_settings(cls, keep)
     result = run_study(study, Options(seeds=1, steps=3, out=tmp_path, sets=TINY, progress=False))
-    names = sorted(p.name for p in result.files)
-    assert f"{study.name}.csv" in names and f"{study.name}.png" in names and f"{study.name}.txt" in names
-    rows = _read_csv(tmp_path / f"{study.name}.csv")
-    header, want = list(rows[0]), COLUMNS[study.name]
-    assert header[:len(want)] == want and header[-1] == "seconds"
-    assert all(k.startswith("entropy_") for k in header[len(want):-1])
-    assert (len(header) > len(want) + 1) == (study.name == "understanding")
-    assert {r["setting"] for r in rows} == set(keep)
-    assert all(r["steps"] == "3" and r["seed"] == "0" for r in rows)
-    assert (tmp_path / f"{study.name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # the sentence printed is the one the numbers in the CSV give
-    assert result.sentence == study.sentence(study.table(result.rows))
-    assert result.sentence in (tmp_path / f"{study.name}.txt").read_text()
+    _check_run(result, tmp_path, study.name, COLUMNS[study.name], keep, steps=3)
+
+
+def test_the_heads_study_on_the_tabletop_policy_on_a_tiny_budget(tmp_path):
+    """``npformer study heads --task tabletop``: its success columns, the never-trained pairing among
+    them, and its sentence worded on held-out success. An untrained policy may guess a pick and a place
+    right, so success is only checked to be a share."""
+    keep = ("1 head", "16 heads")
+    sets = {"train": {"final_eval_n": 40, "batch_size": 16}, "model": {"d_ff": 32, "n_layers": 1}}
+    result = run_study(_two_settings(HeadsStudy, keep),
+                       Options(seeds=1, steps=2, out=tmp_path, task="tabletop", sets=sets, progress=False))
+    _check_run(result, tmp_path, "heads-tabletop", COLUMNS["heads-tabletop"], keep, steps=2, untrained=False)
+    assert "held-out success" in result.sentence
+    assert [r["head_size"] for r in _read_csv(tmp_path / "heads.csv")] == ["64", "4"]   # d_model 64 in 1 and 16
+    assert "yellow_bowl_success" in result.report
+
+
+def test_every_positions_column_comes_from_the_same_translations(tmp_path, monkeypatch):
+    """The run's own final evaluation (40 pairs) is larger than the study's probe (20): exact match and
+    loss must still be the probe's, as the shuffled and anagram columns are. A stand-in translator gets
+    every fourth probe input right, so the probe's exact match is known and not 0, while the briefly
+    trained model's own evaluation scores 0."""
+    from npformer.studies.common import start_run
+
+    monkeypatch.setattr(positions_module, "PROBE_N", 20)
+    setting = Setting("learned", model={"positional": "learned"}, columns={"positions": "learned"})
+    trainer = start_run(Options(seeds=1, steps=2, out=tmp_path, sets=TINY, progress=False), setting, 0, tmp_path / "r")
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.run(progress=False, plot=False)
+    pairs = heldout_pairs(trainer.task, 20, trainer.cfg.seed)
+    truth, right = dict(pairs), {s for s, _ in pairs[::4]}
+    monkeypatch.setattr(positions_module, "translate",
+                        lambda model, task, sources: [truth[s] if s in right else "0000-00-00" for s in sources])
+    row = PositionsStudy().measure(trainer, setting, {})[0]
+    assert trainer.metrics["held_out"]["n"] == 40 and trainer.metrics["held_out"]["exact_match"] == 0.0
+    assert row["exact_match"] == pytest.approx(np.mean([s in right for s, _ in pairs])) and row["exact_match"] > 0
+    share = row["anagram_share"]
+    whole = [(share, row["anagram_exact_match"]), (1 - share, row["other_exact_match"])]
+    assert row["exact_match"] == pytest.approx(sum(w * em for w, em in whole if w > 0))
+    probe_loss = trainer.task.evaluate(trainer.model.eval(), n=20, seed=trainer.cfg.seed)["loss"]
+    assert row["loss"] == pytest.approx(probe_loss, rel=1e-12)
+    assert abs(probe_loss - trainer.metrics["held_out"]["loss"]) > 1e-6      # the two samples do differ
 
 
 def test_the_command_runs_a_whole_study_and_prints_table_and_sentence(tmp_path, capsys):
@@ -86,6 +223,8 @@ def test_the_command_runs_a_whole_study_and_prints_table_and_sentence(tmp_path, 
     out = capsys.readouterr().out
     assert re.search(r"^16 heads\s+16\s+4\s+1\s", out, flags=re.M)                 # d_model 64 in 16 slices of 4
     assert "wrote " in out and "heads.csv" in out
+    assert re.search(r"^took \d+ min \d+ s; load average (\d+\.\d|unknown) at the start, (\d+\.\d|unknown) at the end$",
+                     out, flags=re.M)
     rows = _read_csv(tmp_path / "heads.csv")
     assert [int(r["n_heads"]) for r in rows] == [1, 2, 4, 8, 16]
     assert len({r["parameters"] for r in rows}) == 1                              # splitting adds no parameters

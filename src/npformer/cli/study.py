@@ -5,15 +5,16 @@
     npformer study understanding --steps 300  # untrained vs trained, depth, no feed-forward
     npformer study heads --task tabletop      # the heads study on the tabletop policy
 
-At their defaults the studies took 4.5 (heads), 7 (positions), 5.5 (understanding) and 5 (heads
---task tabletop) minutes on 2 cores that other jobs kept at a load average of 4 to 5.
-
 Each study trains its settings x seeds with the task's recipe (``--steps`` and ``--set`` change it),
 shows one progress bar for the whole study, prints the results table and a sentence chosen from the
-numbers, and writes NAME.csv, NAME.png and NAME.txt (the printed report) into --out.
+numbers, and writes NAME.csv, NAME.png and NAME.txt (the printed report) into --out. Last it prints
+how long the study took and the machine's load average at its start and end, the two figures the
+README gives beside each study's table.
 """
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from ..studies import STUDIES
@@ -63,8 +64,20 @@ def run(args) -> int:
                    sets=sets, progress=not args.no_progress)
     print(f"study {study.name}: \"{study.claim}\" {opts.seeds} seed{'s' if opts.seeds > 1 else ''} x "
           f"{opts.steps} steps per setting, task {task}", flush=True)
+    load, t0 = _load_average(), time.perf_counter()
     result = run_study(study, opts)
+    seconds = round(time.perf_counter() - t0)
     print()
     print(result.report.split("\n\n", 1)[1], end="")
     print("wrote " + ", ".join(str(f) for f in result.files))
+    print(f"took {seconds // 60} min {seconds % 60} s; load average {load} at the start, "
+          f"{_load_average()} at the end")
     return 0
+
+
+def _load_average() -> str:
+    """The 1-minute load average, e.g. "1.6" ("unknown" where the system does not say)."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except (AttributeError, OSError):
+        return "unknown"

@@ -1,4 +1,4 @@
-"""Core ops: each a forward/backward pair with an explicit cache (see STYLE.md), and in
+"""Core ops: each a forward/backward pair with an explicit cache (see docs/STYLE.md), and in
 ``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax; ``flash_attention.py``
 is attention's O(T)-memory tiled twin for training on long sequences."""
 from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward

@@ -7,12 +7,16 @@ source, so the model's output depends only on which characters the input holds, 
 it cannot tell "12.03.2026" from "03.12.2026".
 
 Each trained model then translates held-out inputs twice, as written and with their characters
-shuffled, and the study counts how often the output stays the same. How much of the no-position
-model's failure order-blindness explains follows from the data: an input whose characters also
-spell another date's input (``probes.is_anagram_of_another``) must get one answer for both, and a
-reader that sees only which characters an input holds can expect at most ``probes.order_blind``'s
-ceiling. The failure it must have (1 - ceiling) against the model's (1 - exact match) is the share
-explained; the rest is the model's own.
+shuffled, and the study counts how often the output stays the same. Every column of a run's row
+describes these same inputs: exact match is the share of them translated right as written, and the
+loss is the teacher-forced loss on the same pairs, not the run's own final evaluation (another,
+larger sample).
+
+How much of the no-position model's failure order-blindness explains follows from the data: an
+input whose characters also spell another date's input (``probes.is_anagram_of_another``) must get
+one answer for both, and a reader that sees only which characters an input holds can expect at most
+``probes.order_blind``'s ceiling. The failure it must have (1 - ceiling) against the model's
+(1 - exact match) is the share explained; the rest is the model's own.
 """
 from __future__ import annotations
 
@@ -50,9 +54,11 @@ class PositionsStudy(Study):
         truth = np.array([t for _, t in pairs], dtype=object)
         right = np.array(outs) == truth                                          # (N,)
         anagram = is_anagram_of_another(task, sources)                            # (N,)
-        held = trainer.metrics["held_out"]
+        # the loss on the same pairs (``heldout_pairs`` draws what ``evaluate`` draws), not the trainer's
+        # own final evaluation, so that every column of a row describes one sample
+        loss = task.evaluate(model, n=len(pairs), seed=trainer.cfg.seed)["loss"]
         i = next((j for j, s in enumerate(sources) if len(s) <= 12), 0)          # a short one to show
-        return [{"exact_match": held["exact_match"], "loss": held["loss"],
+        return [{"exact_match": _mean(right), "loss": loss,
                  "shuffled_same": float(np.mean(np.array(outs) == np.array(outs_shuffled))),
                  "shuffled_exact_match": float(np.mean(np.array(outs_shuffled) == truth)),
                  "anagram_share": float(anagram.mean()),
