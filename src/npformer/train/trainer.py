@@ -38,6 +38,7 @@ import numpy as np
 
 from ..files import atomic_write_json, clean_stale_temporaries
 from ..settings import from_dict as settings_from_dict
+from ..settings import reading
 from .checkpoint import (
     CONFIG,
     LOCK,
@@ -204,9 +205,10 @@ class Trainer:
         with it, and so does each worker of the torch engine."""
         from ..data.tasks import get_task, model_config_from_dict
 
-        task = get_task(config["task"]).from_dict(config["data"])
-        train = settings_from_dict(TrainConfig, config["train"], what="train")
-        model_config = model_config_from_dict(config["model_kind"], config["model"])
+        with reading(Path(out_dir) / CONFIG):                           # its errors name config.json
+            task = get_task(config["task"]).from_dict(config["data"])
+            train = settings_from_dict(TrainConfig, config["train"], what="train")
+            model_config = model_config_from_dict(config["model_kind"], config["model"])
         model = task.build_model(model_config, rng=np.random.default_rng(0))
         return cls(out_dir, task, model, config, train)
 
@@ -232,12 +234,13 @@ class Trainer:
                              "a save was cut short between renames")
         self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(opt)
-        self.step = int(state["step"])
-        self.elapsed = float(state.get("elapsed_seconds", 0.0))
-        self.cpu = float(state.get("cpu_seconds", 0.0))
-        self.tokens = int(state.get("tokens", 0))
-        self.data_rng = _rng_from_state(state["data_rng"])
-        self.dropout_rng = _rng_from_state(state["dropout_rng"])
+        with reading(self.out / STATE):                                 # its errors name trainer_state.json
+            self.step = int(state["step"])
+            self.elapsed = float(state.get("elapsed_seconds", 0.0))
+            self.cpu = float(state.get("cpu_seconds", 0.0))
+            self.tokens = int(state.get("tokens", 0))
+            self.data_rng = _rng_from_state(state["data_rng"])
+            self.dropout_rng = _rng_from_state(state["dropout_rng"])
         if (self.out / METRICS).is_file():
             self.metrics = read_json(self.out / METRICS)
 
