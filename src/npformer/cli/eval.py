@@ -39,11 +39,23 @@ def run(args) -> int:
     if args.instructions is not None:
         return _instructions(args)
     r = load_run(args.run)
-    seed = r.config["train"].get("seed", 0) if args.seed is None else args.seed
+    seed = _seed(r, args)
     metrics = r.task.evaluate(r.model, n=args.n, seed=seed)
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
                       "primary_metric": r.task.primary_metric, **metrics}, indent=2))
     return 0
+
+
+def _seed(r, args) -> int:
+    """--seed, or the run's own: config.json's train.seed, checked as the trainer checks it."""
+    from ..settings import from_dict, reading
+    from ..train.checkpoint import CONFIG
+    from ..train.config import TrainConfig
+
+    if args.seed is not None:
+        return args.seed
+    with reading(r.path / CONFIG):
+        return from_dict(TrainConfig, r.config["train"], what="train").seed
 
 
 def _instructions(args) -> int:
@@ -53,7 +65,7 @@ def _instructions(args) -> int:
 
     lines = read_instructions(args.instructions)                  # a bad file fails before the model loads
     r = load_run(args.run, task="tabletop")
-    seed = r.config["train"].get("seed", 0) if args.seed is None else args.seed
+    seed = _seed(r, args)
     res = evaluate_instructions(r.model, lines, n=200 if args.n is None else args.n, seed=seed,
                                 source=str(args.instructions))
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
