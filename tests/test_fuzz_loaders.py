@@ -256,33 +256,13 @@ def runs(tmp_path_factory):
     return d
 
 
-def fresh_copy(runs: Path, tmp: Path) -> Path:
-    out = tmp / "run"
+def fresh_copy(src: Path, tmp: Path) -> Path:
+    """A copy of the directory ``src`` in ``tmp`` (the previous example's removed)."""
+    out = tmp / src.name
     if out.exists():
         shutil.rmtree(out)
-    shutil.copytree(runs / "copy", out)
+    shutil.copytree(src, out)
     return out
-
-
-@fuzz()
-@given(data=st.data())
-def test_fuzz_run_config(runs, small_limits, tmp_path, capsys, data):
-    run = fresh_copy(runs, tmp_path)
-    f = run / "config.json"
-    f.write_bytes(data.draw(mutated(f.read_bytes())))
-    clean(main(["info", str(run)]), capsys.readouterr().err, "info", f)
-    clean(main(["eval", str(run), "--n", "2"]), capsys.readouterr().err, "eval", f)
-
-
-@fuzz()
-@given(data=st.data())
-def test_fuzz_trainer_state(runs, small_limits, tmp_path, capsys, data):
-    run = fresh_copy(runs, tmp_path)
-    f = run / "trainer_state.json"
-    f.write_bytes(data.draw(mutated(f.read_bytes())))
-    clean(main(["eval", str(run), "--n", "2"]), capsys.readouterr().err, "eval", f)
-    clean(main(["train", "copy", "--out", str(run), "--resume", "--steps", "1", "--no-progress", "--no-plot"]),
-          capsys.readouterr().err, "train", f)
 
 
 def _mutated_header(data, safetensors: bytes):
@@ -296,14 +276,30 @@ def _mutated_header(data, safetensors: bytes):
     return data.draw(mutated(safetensors[:8 + n], json_text=False)) + rest
 
 
+def mutate(data, f: Path) -> None:
+    """Replace the file ``f`` by a mutation of itself (of its header, for a safetensors file)."""
+    valid = f.read_bytes()
+    f.write_bytes(_mutated_header(data, valid) if f.suffix == ".safetensors" else data.draw(mutated(valid)))
+
+
+RUN = "RUN"                              # the run directory, in the commands below
+RUN_COMMANDS = {                         # a run's file -> the commands that read it
+    "config.json": [["info", RUN], ["eval", RUN, "--n", "2"]],
+    "model.safetensors": [["info", RUN], ["eval", RUN, "--n", "2"]],
+    "trainer_state.json": [["eval", RUN, "--n", "2"],
+                           ["train", "copy", "--resume", "--out", RUN, "--steps", "1", "--no-progress", "--no-plot"]],
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_COMMANDS))
 @fuzz()
 @given(data=st.data())
-def test_fuzz_run_safetensors_header(runs, small_limits, tmp_path, capsys, data):
-    run = fresh_copy(runs, tmp_path)
-    f = run / "model.safetensors"
-    f.write_bytes(_mutated_header(data, f.read_bytes()))
-    clean(main(["info", str(run)]), capsys.readouterr().err, "info", f)
-    clean(main(["eval", str(run), "--n", "2"]), capsys.readouterr().err, "eval", f)
+def test_fuzz_run_files(runs, small_limits, tmp_path, capsys, data, name):
+    run = fresh_copy(runs / "copy", tmp_path)
+    mutate(data, run / name)
+    for command in RUN_COMMANDS[name]:
+        code = main([str(run) if a is RUN else a for a in command])
+        clean(code, capsys.readouterr().err, command[0], run / name)
 
 
 @pytest.fixture(scope="module")
@@ -316,16 +312,11 @@ def tiny_model(tmp_path_factory):
                                                "sentence_bert_config.json", "1_Pooling/config.json",
                                                "tokenizer.json"]))
 def test_fuzz_sentence_encoder_files(tiny_model, small_limits, tmp_path, capsys, data, name):
-    model = tmp_path / "model"
-    if model.exists():
-        shutil.rmtree(model)
-    shutil.copytree(tiny_model, model)
-    f = model / name
-    valid = f.read_bytes()
-    f.write_bytes(_mutated_header(data, valid) if name == "model.safetensors" else data.draw(mutated(valid)))
+    model = fresh_copy(tiny_model, tmp_path)
+    mutate(data, model / name)
     (tmp_path / "in.txt").write_text("the cat sat\n")
     code = main(["embed", "--model", str(model), "--output", str(tmp_path / "o.npy"), str(tmp_path / "in.txt")])
-    clean(code, capsys.readouterr().err, "embed", f)
+    clean(code, capsys.readouterr().err, "embed", model / name)
 
 
 INSTRUCTIONS = (b"# instruction<TAB>colour<TAB>container\n"

@@ -47,15 +47,16 @@ def run(args) -> int:
 
 
 def _seed(r, args) -> int:
-    """--seed, or the run's own: config.json's train.seed, checked as the trainer checks it."""
-    from ..settings import from_dict, reading
+    """--seed, or the run's own: config.json's train.seed, a non-negative int."""
+    from ..settings import FileFormatError
     from ..train.checkpoint import CONFIG
-    from ..train.config import TrainConfig
 
     if args.seed is not None:
         return args.seed
-    with reading(r.path / CONFIG):
-        return from_dict(TrainConfig, r.config["train"], what="train").seed
+    seed = r.config["train"].get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise FileFormatError(f"{r.path / CONFIG}: train.seed must be a non-negative int, got {seed!r}")
+    return seed
 
 
 def _instructions(args) -> int:

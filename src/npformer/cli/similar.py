@@ -102,21 +102,22 @@ def _distrust(st: os.stat_result) -> str | None:
     return None
 
 
-def _cache_bytes(path: Path, limit: int) -> tuple[bytes | None, str | None]:
-    """(the cache file's bytes, or None when it is absent, unreadable or over ``limit`` bytes;
-    why it is not trusted, or None). Opened without following a symbolic link, then checked on the
-    open file itself, so it cannot be swapped between the check and the read."""
+def _open_cache(path: Path, limit: int):
+    """(the open cache file, or None when it is absent, unreadable or over ``limit`` bytes; why it is
+    not trusted, or None). Opened without following a symbolic link, then checked on the open file
+    itself, so that it cannot be swapped between the check and the read."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
     except OSError as e:
         return None, ("is a symbolic link" if e.errno == errno.ELOOP else None)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        why = _distrust(st)
-        if why or st.st_size > limit:
-            return None, why
-        return f.read(limit + 1), None
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    why = _distrust(st)
+    if why or st.st_size > limit:
+        f.close()
+        return None, why
+    return f, None
 
 
 # what a corrupt .npz can make zipfile and np.load raise: the cache is then ignored and rebuilt
@@ -131,24 +132,26 @@ def read_cache(path: Path, corpus_sha: str, model: str, n_docs: int, dim: int):
     import numpy as np
 
     limit = n_docs * dim * 4 + CACHE_OVERHEAD
-    data, why = _cache_bytes(path, limit)
-    if data is None or len(data) > limit:
+    f, why = _open_cache(path, limit)
+    if f is None:
         return None, why
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:              # stored members alone: no zip bomb
-            if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > limit or i.flag_bits & 1
-                   for i in zf.infolist()):
-                return None, None
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if (int(z["version"]) != CACHE_VERSION or str(z["corpus_sha256"]) != corpus_sha
-                    or str(z["model"]) != model):
-                return None, None
-            emb = z["embeddings"]
+        with f:
+            with zipfile.ZipFile(f) as zf:                           # stored members alone: no zip bomb
+                if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > limit or i.flag_bits & 1
+                       for i in zf.infolist()):
+                    return None, None
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                if (int(z["version"]) != CACHE_VERSION or str(z["corpus_sha256"]) != corpus_sha
+                        or str(z["model"]) != model):
+                    return None, None
+                emb = z["embeddings"]
     except _CORRUPT:
         return None, None
     if emb.shape != (n_docs, dim) or emb.dtype != np.float32 or not np.isfinite(emb).all():
         return None, None
-    norms = np.einsum("de,de->d", emb, emb, dtype=np.float64)        # (D,) squared lengths
+    norms = np.einsum("de,de->d", emb, emb)                            # (D,) squared lengths
     return (emb if np.all(np.abs(norms - 1.0) <= UNIT_TOLERANCE) else None), None
 
 

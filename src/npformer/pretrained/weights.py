@@ -81,10 +81,8 @@ def _entry(name: str, e, data_start: int, data_size: int) -> TensorEntry:
             or not 0 <= offsets[0] <= offsets[1] <= data_size):
         raise ValueError(f"tensor {name!r}: data_offsets {offsets!r} are not a range inside the file's "
                          f"{data_size:,} bytes of data")
-    nbytes = math.prod(shape) * DTYPES[dtype][1]
-    if offsets[1] - offsets[0] != nbytes:
-        raise ValueError(f"tensor {name!r}: shape {shape} of {dtype} needs {nbytes:,} bytes, its data_offsets "
-                         f"span {offsets[1] - offsets[0]:,}")
+    if math.prod(shape) * DTYPES[dtype][1] != offsets[1] - offsets[0]:
+        raise ValueError(f"tensor {name!r}: shape {shape} of {dtype} does not fill its data_offsets {offsets}")
     return TensorEntry(dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
 
 
