@@ -1,14 +1,27 @@
-"""Dataclass settings from JSON and from ``key=value`` strings, with type checks.
+"""Dataclass settings from JSON and from ``key=value`` strings, with type checks; and the one
+JSON reader of every file npformer reads.
 
 The command line's ``--set key=value`` reaches three dataclasses: the model config
 ("model"), the training config ("train") and the task's data settings ("data").
 A key is either ``section.field`` or a bare ``field`` that only one section has.
+
+Every file comes from someone else. ``read_json`` reads a JSON file with limits: its size, its
+nesting depth (checked before parsing, so no recursion error), the characters of a number, and no
+NaN or Infinity unless the caller asks for them. ``reading(path)`` wraps a loader's parsing: an
+exception a malformed file can cause (KeyError, IndexError, RecursionError, MemoryError, ...) becomes
+a ``FileFormatError`` whose one-line message names the file; the command line prints it and exits 2.
+A leaf module: the standard library only.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import re
+import struct
 import types
 import typing
+import zipfile
 
 
 def field_types(cls) -> dict[str, object]:
@@ -106,3 +119,129 @@ def parse_overrides(pairs: list[str], sections: dict[str, type]) -> dict[str, di
             sec, field = owners[0], key
         out[sec][field] = parse_value(text, types_[sec][field], key)
     return out
+
+
+# -- reading files that someone else wrote -------------------------------------------------------
+
+MAX_JSON_BYTES = 1 << 20        # a JSON file npformer reads: configs are a few KB (tokenizer.json: its own)
+MAX_JSON_DEPTH = 64             # nested arrays and objects; npformer's own files nest 4 deep at most
+MAX_NUMBER_CHARS = 64           # characters of one number literal: a 128-bit generator state (39 digits) fits
+MAX_MESSAGE_CHARS = 300         # a FileFormatError's message is cut to this
+
+
+class FileFormatError(ValueError):
+    """A file's content is not what npformer reads: a one-line message that names the file."""
+
+    def __init__(self, message: str) -> None:
+        line = (message.strip().splitlines() or [""])[0]
+        super().__init__(line if len(line) <= MAX_MESSAGE_CHARS else line[:MAX_MESSAGE_CHARS - 3] + "...")
+
+
+# What a malformed file can make parsing code raise. OSError is not here: the OS's errors name their file.
+_MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError, MemoryError,
+              OverflowError, EOFError, struct.error, zipfile.BadZipFile)
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"is not UTF-8 text ({e.reason} at byte {e.start})"
+    if isinstance(e, json.JSONDecodeError):
+        return f"is not valid JSON ({e.msg}: line {e.lineno} column {e.colno})"
+    if isinstance(e, RecursionError):
+        return "is nested too deeply to read"
+    if isinstance(e, MemoryError):
+        return "needs more memory than there is to read"
+    text = (str(e).strip().splitlines() or [""])[0]
+    if isinstance(e, (ValueError, TypeError)) and text:                # a loader's own check, or a type's
+        return text
+    return f"is malformed ({type(e).__name__}{': ' + text if text else ''})"
+
+
+@contextlib.contextmanager
+def reading(path):
+    """Within the block, the code that parses ``path``: an exception that a malformed file can cause
+    becomes a FileFormatError naming ``path`` (a message that names it already is kept as it is).
+    Wrap the parsing only, never code that does not read the file: a bug there stays a traceback."""
+    try:
+        yield
+    except FileFormatError:
+        raise
+    except _MALFORMED as e:
+        why = _why(e)
+        raise FileFormatError(why if str(path) in why else f"{path}: {why}") from None
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')      # a JSON string, to its end if unterminated: linear
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_JSON_OUTSIDE_STRINGS = dict.fromkeys(map(ord, " \t\r\n,:0123456789+-.eEtruefalsn"))  # deleted at C speed
+
+
+def _check_depth(text: str, max_depth: int) -> None:
+    """ValueError when ``text`` nests arrays and objects deeper than ``max_depth``, found without
+    recursion: outside strings, keep the brackets alone, then remove the innermost pairs (one level
+    a round) until none is left. Unbalanced brackets that are not too deep are left to the parser."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text).translate(_JSON_OUTSIDE_STRINGS))
+    for _ in range(max_depth):
+        if not brackets:
+            return
+        brackets = brackets.replace("[]", "").replace("{}", "")
+    if len(brackets) > max_depth or "[]" in brackets or "{}" in brackets:
+        raise ValueError(f"nests arrays and objects deeper than {max_depth} levels")
+
+
+def _number(parse, finite: bool):
+    """A json.loads hook that parses a number literal of at most MAX_NUMBER_CHARS characters, and,
+    when ``finite``, refuses one that overflows a float (1e999 would be read as inf)."""
+    def checked(literal: str):
+        if len(literal) > MAX_NUMBER_CHARS:
+            raise ValueError(f"holds a number of {len(literal):,} characters (at most {MAX_NUMBER_CHARS})")
+        value = parse(literal)
+        if finite and value in (float("inf"), float("-inf")):
+            raise ValueError(f"holds a number too large for a float: {literal}")
+        return value
+    return checked
+
+
+_PARSE_INT, _PARSE_FLOAT, _PARSE_ANY_FLOAT = _number(int, False), _number(float, True), _number(float, False)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"holds {name}, which is not a number npformer reads here")
+
+
+def parse_json(data: bytes | str, path, top: type | None = None, allow_nonfinite: bool = False,
+               max_depth: int = MAX_JSON_DEPTH):
+    """The JSON value of ``data`` (bytes are UTF-8), read from ``path`` (named in every error):
+    a FileFormatError when it is not valid JSON, nests deeper than ``max_depth``, holds a number
+    longer than MAX_NUMBER_CHARS or beyond float range, NaN or Infinity (unless ``allow_nonfinite``),
+    or is not a ``top`` (dict or list) when given."""
+    with reading(path):
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        _check_depth(text, max_depth)
+        value = json.loads(text, parse_int=_PARSE_INT,
+                           parse_float=_PARSE_ANY_FLOAT if allow_nonfinite else _PARSE_FLOAT,
+                           parse_constant=float if allow_nonfinite else _no_constant)
+    if top is not None and not isinstance(value, top):
+        raise FileFormatError(f"{path} must hold {_JSON_KINDS[top]}, not {_JSON_KINDS[type(value)]}")
+    return value
+
+
+_JSON_KINDS = {dict: "a JSON object", list: "a JSON array", str: "a string", bool: "true or false", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def read_bounded(path, max_bytes: int) -> bytes:
+    """The bytes of the file ``path``, or a FileFormatError when it holds more than ``max_bytes``
+    (read no further than that: a huge file, or /dev/zero, costs no more)."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileFormatError(f"{path} is larger than {max_bytes:,} bytes, more than npformer reads there")
+    return data
+
+
+def read_json(path, top: type | None = None, allow_nonfinite: bool = False,
+              max_bytes: int = MAX_JSON_BYTES):
+    """The JSON value of the file ``path``, read with limits (``parse_json``'s, and at most
+    ``max_bytes``); every error is one line naming the file, a FileFormatError or the OS's OSError."""
+    return parse_json(read_bounded(path, max_bytes), path, top, allow_nonfinite)

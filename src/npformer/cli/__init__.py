@@ -8,7 +8,15 @@ training) happen inside ``run``, so ``npformer --help`` stays quick.
 
 Errors a user can cause end with one line on stderr and exit code 2: bad arguments and inputs,
 and the operating system's refusals (a missing file, a full disk, a run that another process is
-training). Ctrl-C ends with one line and exit code 130 (128 + SIGINT, as shells report it).
+training, too little memory). Ctrl-C ends with one line and exit code 130 (128 + SIGINT, as shells
+report it).
+
+The last line of defence against hostile files: every loader reads a user's file (JSON, safetensors,
+TSV, caches) with limits, inside ``settings.reading(path)``, which turns whatever a malformed file can
+make parsing raise (KeyError, IndexError, RecursionError, MemoryError, OverflowError,
+``zipfile.BadZipFile``, ...) into a ``settings.FileFormatError`` naming the file: a ValueError, so one
+line here, exit 2. Other exceptions are bugs and keep their traceback (NPFORMER_DEBUG=1 shows one for
+the user errors too).
 """
 from __future__ import annotations
 
@@ -60,7 +68,7 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `npformer ... | head`: the reader left early, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (CLIError, ValueError, TypeError, OSError, UnicodeDecodeError) as e:
+    except (CLIError, ValueError, TypeError, OSError, UnicodeDecodeError, MemoryError) as e:
         if os.environ.get("NPFORMER_DEBUG"):
             raise
         sys.stderr.write(f"npformer {args.command}: error: {_one_line(e)}\n")
@@ -74,6 +82,8 @@ def _one_line(e: Exception) -> str:
     """The first line of an error's message; the operating system's as "FILE: why"."""
     if isinstance(e, UnicodeDecodeError):
         return f"input is not valid UTF-8 ({e.reason} at byte {e.start})"
+    if isinstance(e, MemoryError):
+        return "out of memory" + (f" ({e})" if str(e) else "")
     if isinstance(e, OSError) and e.strerror:                          # raised by the OS: "[Errno 28] ..."
         return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
     msg = str(e).strip()

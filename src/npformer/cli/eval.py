@@ -39,11 +39,24 @@ def run(args) -> int:
     if args.instructions is not None:
         return _instructions(args)
     r = load_run(args.run)
-    seed = r.config["train"].get("seed", 0) if args.seed is None else args.seed
+    seed = _seed(r, args)
     metrics = r.task.evaluate(r.model, n=args.n, seed=seed)
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
                       "primary_metric": r.task.primary_metric, **metrics}, indent=2))
     return 0
+
+
+def _seed(r, args) -> int:
+    """--seed, or the run's own: config.json's train.seed, a non-negative int."""
+    from ..settings import FileFormatError
+    from ..train.checkpoint import CONFIG
+
+    if args.seed is not None:
+        return args.seed
+    seed = r.config["train"].get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise FileFormatError(f"{r.path / CONFIG}: train.seed must be a non-negative int, got {seed!r}")
+    return seed
 
 
 def _instructions(args) -> int:
@@ -53,7 +66,7 @@ def _instructions(args) -> int:
 
     lines = read_instructions(args.instructions)                  # a bad file fails before the model loads
     r = load_run(args.run, task="tabletop")
-    seed = r.config["train"].get("seed", 0) if args.seed is None else args.seed
+    seed = _seed(r, args)
     res = evaluate_instructions(r.model, lines, n=200 if args.n is None else args.n, seed=seed,
                                 source=str(args.instructions))
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,

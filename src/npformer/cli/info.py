@@ -27,30 +27,28 @@ def add_arguments(p) -> None:
 
 
 def _config_from_dir(run_dir: Path):
-    """(kind, config) from DIR/config.json: a run's {"model_kind", "model": {...}} or a bare model config."""
+    """(kind, config) from DIR/config.json: a run's {"model_kind", "model": {...}} or a bare model config.
+    The config's size is checked as it is made, before any model is built."""
     from ..data.tasks import model_kind_classes
+    from ..settings import read_json, reading
 
     path = run_dir / "config.json"
     if not run_dir.is_dir():
         raise CLIError(f"{run_dir} is not a directory")
     if not path.is_file():
         raise CLIError(f"{run_dir} has no config.json")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CLIError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(d, dict):
-        raise CLIError(f"{path} must hold a JSON object")
-    if "model_kind" in d and isinstance(d.get("model"), dict):
-        config_cls, _ = model_kind_classes(d["model_kind"])
-        return d["model_kind"], config_cls.from_dict(d["model"])
-    errors = []
-    for kind in BARE_CONFIG_KINDS:                 # a bare config saved with Config.save_json
-        config_cls, _ = model_kind_classes(kind)
-        try:
-            return kind, config_cls.from_dict(d)
-        except (TypeError, ValueError) as e:
-            errors.append(f"{config_cls.__name__}: {e}")
+    d = read_json(path, top=dict)
+    with reading(path):
+        if "model_kind" in d and isinstance(d.get("model"), dict):
+            config_cls, _ = model_kind_classes(d["model_kind"])
+            return d["model_kind"], config_cls.from_dict(d["model"])
+        errors = []
+        for kind in BARE_CONFIG_KINDS:             # a bare config saved with Config.save_json
+            config_cls, _ = model_kind_classes(kind)
+            try:
+                return kind, config_cls.from_dict(d)
+            except (TypeError, ValueError) as e:
+                errors.append(f"{config_cls.__name__}: {e}")
     raise CLIError(f"{path} is neither a run config (model_kind + model) nor a model config ({errors[0]})")
 
 
@@ -77,19 +75,10 @@ def _breakdown(model) -> list[tuple[str, int, str]]:
 
 def _checkpoint_count(path: Path) -> tuple[int, int]:
     """(tensors, parameters) in a safetensors file, from its header only."""
-    from safetensors import safe_open
-    try:
-        with safe_open(str(path), framework="np") as f:
-            shapes = [f.get_slice(k).get_shape() for k in f.keys()]
-    except Exception as e:  # safetensors raises its own error types
-        raise CLIError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0][:80]})") from None
-    total = 0
-    for s in shapes:
-        n = 1
-        for d in s:
-            n *= d
-        total += n
-    return len(shapes), total
+    from ..pretrained.weights import read_header
+
+    tensors, _ = read_header(path)
+    return len(tensors), sum(t.size for t in tensors.values())
 
 
 def run(args) -> int:

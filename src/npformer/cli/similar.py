@@ -4,21 +4,30 @@
 
 Embeds every non-empty corpus line and each query with a pretrained sentence encoder
 (all-MiniLM-L6-v2 by default) and prints, per query, the K most similar lines with their
-cosine similarity and line number.
+cosine similarity and line number; of lines with equal scores (duplicate lines), the earlier first.
 
 The corpus embeddings are kept in a cache file next to the corpus, ``FILE.npformer-embeddings.npz``
 (a plain .npz, read with allow_pickle=False), keyed by the SHA-256 of the corpus file's bytes and
-by the model (its directory, its config and tokenizer files' SHA-256, its weights file's size and
-modification time). A later search on the same corpus with the same model only embeds the queries;
-a changed corpus or another model makes the cache stale and it is rewritten. It is written
-atomically (a temporary file renamed over it): never half-written. Where it cannot be written (a
-read-only directory) the search still runs, with a note on stderr. ``--no-cache`` skips it.
+by the model (its directory and every file in it: see ``model_key``). A later search on the same
+corpus with the same model only embeds the queries; a changed corpus or another model makes the
+cache stale and it is rewritten. It is written atomically (a temporary file renamed over it), never
+half-written, and writable by its owner alone. Where it cannot be written (a read-only directory)
+the search still runs, with a note on stderr. ``--no-cache`` skips it.
+
+The cache is someone else's file until it proves otherwise. One that is corrupt, truncated, too
+large for its corpus, compressed, or whose rows are not finite unit vectors is ignored and rebuilt.
+One that is not a regular file (a symbolic link, say), is owned by another user or is writable by
+others is not trusted: it is ignored, and the search runs without writing a cache (a note says so).
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import os
+import stat
 import sys
+import zipfile
 from pathlib import Path
 
 from . import CLIError
@@ -27,7 +36,11 @@ from .embed import _lines, add_model_args, load_encoder, text_file
 HELP = "find the corpus lines most similar to each query (cosine)"
 DESCRIPTION = "Print, for each QUERY, the most similar lines of the corpus file with their cosine similarity."
 CACHE_SUFFIX = ".npformer-embeddings.npz"
-CACHE_VERSION = 1
+CACHE_VERSION = 2                    # 2: the model key covers every file of the model directory
+CACHE_OVERHEAD = 64 << 10            # a cache's bytes besides its embeddings: keys, zip and .npy headers
+UNIT_TOLERANCE = 1e-3                # |norm^2 - 1| of a cached row, which the encoder normalised in float32
+KEY_HASHED_BYTES = 1 << 20           # model_key hashes a file up to this size, else takes its size and mtime
+KEY_MAX_FILES = 10_000               # model_key looks at no more files than this
 
 
 def add_arguments(p) -> None:
@@ -44,61 +57,137 @@ def cache_path(corpus: Path) -> Path:
 
 
 def model_key(model_dir: Path) -> str:
-    """The model's identity for the cache: its directory, the SHA-256 of its small files (config,
-    tokenizer, pipeline, pooling) and the size and modification time of its weights (hashing 90 MB
-    on every search would cost more than the search)."""
+    """The model's identity for the cache: its directory and every file in it, subfolders included
+    (hidden ones such as .git left out): the SHA-256 of each file up to KEY_HASHED_BYTES (configs,
+    tokenizer, vocabulary, pooling), the size and modification time of a larger one (the weights:
+    hashing 90 MB on every search would cost more than the search)."""
     d = Path(model_dir).resolve()
     h = hashlib.sha256(str(d).encode("utf-8"))
-    for name in ("config.json", "tokenizer.json", "modules.json", "sentence_bert_config.json",
-                 "1_Pooling/config.json"):
-        f = d / name
-        h.update(name.encode() + (hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"-"))
-    w = (d / "model.safetensors").stat()
-    h.update(f"model.safetensors {w.st_size} {w.st_mtime_ns}".encode())
+    seen = 0
+    for root, dirs, files in os.walk(d):                              # symbolic links to folders not followed
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        for name in sorted(f for f in files if not f.startswith(".")):
+            f = Path(root) / name
+            h.update(f"{f.relative_to(d).as_posix()}\0{_digest(f)}\n".encode("utf-8", "surrogateescape"))
+            seen += 1
+            if seen == KEY_MAX_FILES:
+                return h.hexdigest()
     return h.hexdigest()
 
 
+def _digest(path: Path) -> str:
+    """A file's part of the model key: its SHA-256 up to KEY_HASHED_BYTES, else its size and mtime.
+    Opened without blocking and checked on the open file: a FIFO or a device is named, not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:                                                     # a broken link, no permission
+        return "unreadable"
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > KEY_HASHED_BYTES:
+            return f"{st.st_size} {st.st_mtime_ns}"
+        return hashlib.sha256(f.read(KEY_HASHED_BYTES + 1)).hexdigest()
+
+
+def _distrust(st: os.stat_result) -> str | None:
+    """Why a cache file (its fstat) is not to be trusted, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return "is owned by another user"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "is writable by other users"
+    return None
+
+
+def _open_cache(path: Path, limit: int):
+    """(the open cache file, or None when it is absent, unreadable or over ``limit`` bytes; why it is
+    not trusted, or None). Opened without following a symbolic link, then checked on the open file
+    itself, so that it cannot be swapped between the check and the read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        return None, ("is a symbolic link" if e.errno == errno.ELOOP else None)
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    why = _distrust(st)
+    if why or st.st_size > limit:
+        f.close()
+        return None, why
+    return f, None
+
+
+# what a corrupt .npz can make zipfile and np.load raise: the cache is then ignored and rebuilt
+_CORRUPT = (OSError, ValueError, TypeError, KeyError, IndexError, EOFError, OverflowError, RuntimeError,
+            NotImplementedError, zipfile.BadZipFile, MemoryError)
+
+
 def read_cache(path: Path, corpus_sha: str, model: str, n_docs: int, dim: int):
-    """The cached (D, dim) embeddings when the cache matches this corpus and model, else None."""
+    """(embeddings, distrust): the cached (n_docs, dim) float32 unit rows when the cache matches this
+    corpus and model (else None), and why the cache file is not trusted (else None: then it may be
+    written)."""
     import numpy as np
 
+    limit = n_docs * dim * 4 + CACHE_OVERHEAD
+    f, why = _open_cache(path, limit)
+    if f is None:
+        return None, why
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if (int(z["version"]) != CACHE_VERSION or str(z["corpus_sha256"]) != corpus_sha
-                    or str(z["model"]) != model):
-                return None
-            emb = z["embeddings"]
-    except (OSError, KeyError, ValueError):                 # absent, unreadable, or not ours: recompute
-        return None
-    return emb if emb.shape == (n_docs, dim) and emb.dtype == np.float32 else None
+        with f:
+            with zipfile.ZipFile(f) as zf:                           # stored members alone: no zip bomb
+                if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > limit or i.flag_bits & 1
+                       for i in zf.infolist()):
+                    return None, None
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                if (int(z["version"]) != CACHE_VERSION or str(z["corpus_sha256"]) != corpus_sha
+                        or str(z["model"]) != model):
+                    return None, None
+                emb = z["embeddings"]
+    except _CORRUPT:
+        return None, None
+    if emb.shape != (n_docs, dim) or emb.dtype != np.float32 or not np.isfinite(emb).all():
+        return None, None
+    norms = np.einsum("de,de->d", emb, emb)                            # (D,) squared lengths
+    return (emb if np.all(np.abs(norms - 1.0) <= UNIT_TOLERANCE) else None), None
 
 
 def write_cache(path: Path, emb, corpus_sha: str, model: str) -> None:
+    """Write the cache atomically, readable by all and writable by its owner alone (whatever the umask
+    allows the group: a group-writable cache would not be trusted next time)."""
     import numpy as np
 
-    from ..files import atomic_write_bytes
+    from ..files import atomic_writer, writing
 
     buf = io.BytesIO()
     np.savez(buf, embeddings=emb, corpus_sha256=np.array(corpus_sha), model=np.array(model),
              version=np.array(CACHE_VERSION))
     try:
-        atomic_write_bytes(path, buf.getvalue())
+        with atomic_writer(path) as f, writing(path):
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), os.fstat(f.fileno()).st_mode & 0o755)
+            f.write(buf.getvalue())
     except OSError as e:
         sys.stderr.write(f"npformer similar: note: could not write the cache {path} ({e}); searching without it\n")
 
 
 def top_k(scores, k: int):
-    """Row-wise indices of the k largest scores, best first (ties: the lower index first)."""
+    """Row-wise indices of the k largest scores, best first; equal scores, at the cut-off too, in
+    index order (the lower index first)."""
     import numpy as np
 
-    if k < scores.shape[1]:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]          # (Q, k), unordered
-    else:
-        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
+    n = scores.shape[1]
+    # the k-th largest score of each row: every index scoring at least that is a candidate, so the
+    # choice among ties at the cut-off is the sort's (stable), not argpartition's (arbitrary)
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1] if k < n else None    # (Q,)
     out = []
     for qi in range(scores.shape[0]):
-        cand = np.sort(part[qi])                                        # (k,) by index, for stable ties
-        out.append(cand[np.argsort(-scores[qi, cand], kind="stable")])
+        row = scores[qi]                                                # (D,)
+        cand = np.flatnonzero(row >= kth[qi]) if kth is not None else np.arange(n)  # (>= k,) in index order
+        out.append(cand[np.argsort(-row[cand], kind="stable")][:k])
     return out
 
 
@@ -130,15 +219,19 @@ def run(args) -> int:
     if not all(q.strip() for q in queries):
         raise CLIError("a QUERY is empty")
     enc = load_encoder(args)
-    docs = None
+    docs, distrust = None, None
     if not args.no_cache:
+        cache = cache_path(corpus)
         corpus_sha, model = hashlib.sha256(data).hexdigest(), model_key(enc.path)
-        docs = read_cache(cache_path(corpus), corpus_sha, model, len(keep), enc.dim)
+        docs, distrust = read_cache(cache, corpus_sha, model, len(keep), enc.dim)
+        if distrust:
+            sys.stderr.write(f"npformer similar: note: the cache {cache} {distrust}: not trusted; "
+                             "searching without it, and not writing one\n")
     if docs is None:
         docs = enc.encode([lines[i] for i in keep], batch_size=args.batch_size, normalize=True,
                           progress=len(keep) >= 256)                    # (D, dim), unit rows
-        if not args.no_cache:
-            write_cache(cache_path(corpus), docs, corpus_sha, model)
+        if not args.no_cache and not distrust:
+            write_cache(cache, docs, corpus_sha, model)
     qs = enc.encode(queries, batch_size=args.batch_size, normalize=True)  # (Q, dim)
     scores = qs @ docs.T                                                # (Q, D) cosine similarities
     for qi, (q, best) in enumerate(zip(queries, top_k(scores, min(args.top_k, len(keep))), strict=True)):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..ops import softmax_forward
+from ..settings import read_bounded, reading
 from .tabletop import (
     COLOUR_NAMES,
     COLOURS,
@@ -181,14 +182,18 @@ def _instruction_terms(wi: np.ndarray, pos: dict, lay: dict, action: np.ndarray)
 
 # -- instructions of your own: npformer eval DIR --instructions FILE --------------------------------
 PARAPHRASES = Path(__file__).parent / "paraphrases"   # the shipped paraphrase set, one .tsv per part
+MAX_INSTRUCTIONS_BYTES = 1 << 20                     # some 20,000 instructions; each is scored on --n scenes
 
 
 def read_instructions(path) -> list[tuple[int, str, str, str]]:
     """Lines ``instruction<TAB>colour<TAB>container`` -> [(line number, instruction, colour, container)].
     Blank lines and lines starting with "#" are skipped. ValueError, naming the file and the line, for a
-    malformed line or a colour or container outside the world; for a file with no instruction."""
+    malformed line or a colour or container outside the world; for a file with no instruction. A file
+    over MAX_INSTRUCTIONS_BYTES, or not UTF-8, is a ValueError naming it too."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    data = read_bounded(path, MAX_INSTRUCTIONS_BYTES)
+    with reading(path):
+        text = data.decode("utf-8")
     out = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):

@@ -3,6 +3,11 @@ with small helpers that check invariants up front and name the offending values.
 
 A config subclass is a ``@dataclass`` whose fields are plain JSON values (ints,
 floats, strings, bools, None) and whose ``__post_init__`` calls the checks below.
+
+A config decides how much memory its model takes, so its size is checked before any array is
+made: ``param_count(config)`` counts the parameters from the fields alone, and a config over
+``MAX_PARAMETERS`` (2^31, 8 GiB of float32), over ``MAX_LAYERS`` layers in a stack, or whose
+sinusoidal position table is as absurd, is refused when it is made (``BlockConfig.check_block_fields``).
 """
 from __future__ import annotations
 
@@ -11,6 +16,11 @@ import json
 import os
 
 import numpy as np
+
+from ..settings import read_json
+
+MAX_PARAMETERS = 2 ** 31            # parameters (and values of a position table) a config may describe
+MAX_LAYERS = 1024                   # layers in one stack: each is a dozen arrays and Python objects
 
 
 class Config:
@@ -36,14 +46,14 @@ class Config:
 
     @classmethod
     def load_json(cls, path: str | os.PathLike):
-        with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+        return cls.from_dict(read_json(path, top=dict))
 
 
 class BlockConfig(Config):
     """Mixin for configs of models built from transformer blocks: the fields they all have
     (d_model, n_heads, dropout, eps, activation, norm_first) and, where the dataclass has them,
-    positional and final_norm, are checked in one place, and the final norm's default is derived here."""
+    positional and final_norm, are checked in one place, and the final norm's default is derived here.
+    Last, the model's size (``check_size``): every config calls this after checking its int fields."""
 
     def check_block_fields(self) -> None:
         check_heads(self.d_model, self.n_heads)
@@ -54,6 +64,7 @@ class BlockConfig(Config):
         check_choice("activation", self.activation, ("relu", "gelu"))
         check_bool("norm_first", self.norm_first)
         check_bool("final_norm", getattr(self, "final_norm", None), allow_none=True)
+        check_size(self)
 
     @property
     def use_final_norm(self) -> bool:
@@ -61,6 +72,96 @@ class BlockConfig(Config):
         the blocks are pre-LN."""
         final_norm = getattr(self, "final_norm", None)
         return self.norm_first if final_norm is None else final_norm
+
+
+# -- the size a config describes, counted before anything is built ------------------------------
+# Each model's count is its __init__ read as arithmetic; tests/test_fuzz_loaders.py checks every one
+# against the built model's num_parameters() over many configs.
+
+def _stack(c, n_layers: int, cross: bool) -> int:
+    """Parameters of n encoder layers (decoder layers with ``cross``) and the stack's final norm."""
+    e, f = c.d_model, c.d_ff
+    attention = 4 * e * e + 4 * e               # in_proj (3E, E) + (3E,), out_proj (E, E) + (E,)
+    layer = attention + (2 * e * f + f + e) + 2 * 2 * e   # + FFN linear1 (F, E) + (F,), linear2 (E, F) + (E,); 2 norms
+    if cross:
+        layer += attention + 2 * e              # multihead_attn and norm3
+    return n_layers * layer + (2 * e if c.use_final_norm else 0)
+
+
+def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def _tokens(c, vocab_size: int, max_len: int, positional: str) -> int:
+    """nn.Embeddings: the token table, and the position table when positions are learned."""
+    return vocab_size * c.d_model + (max_len * c.d_model if positional == "learned" else 0)
+
+
+def _patches(c, cls_token: bool, positional: str) -> int:
+    """nn.PatchEmbedding: the patch projection (a conv's weight and bias), [CLS], learned positions."""
+    e, n_tokens = c.d_model, (c.image_size // c.patch_size) ** 2 + int(cls_token)
+    return (e * c.in_channels * c.patch_size ** 2 + e + (e if cls_token else 0)
+            + (n_tokens * e if positional == "learned" else 0))
+
+
+def _transformer(c) -> int:
+    tables = _tokens(c, c.src_vocab_size, c.max_len, c.positional)
+    if not c.share_embeddings:
+        tables += _tokens(c, c.tgt_vocab_size, c.max_len, c.positional)
+    return (tables + _stack(c, c.n_encoder_layers, False) + _stack(c, c.n_decoder_layers, True)
+            + (0 if c.tie_output else _linear(c.d_model, c.tgt_vocab_size)))
+
+
+def _decoder_lm(c) -> int:
+    return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
+            + (0 if c.tie_output else _linear(c.d_model, c.vocab_size)))
+
+
+def _classifier(c) -> int:
+    return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
+            + _linear(c.d_model, c.n_classes))
+
+
+def _vit(c) -> int:
+    return _patches(c, c.pool == "cls", c.positional) + _stack(c, c.n_layers, False) + _linear(c.d_model, c.n_classes)
+
+
+def _vla(c) -> int:
+    e = c.d_model
+    words = _linear(c.text_dim, e) if c.text_dim else _tokens(c, c.vocab_size, c.max_words, "learned")
+    out = e if c.head == "pointer" else (c.image_size // c.patch_size) ** 2
+    return (2 * e + words + _patches(c, False, "learned") + 2 * e       # action queries (pick, place), type table
+            + _stack(c, c.n_layers, False) + 2 * _linear(e, out) + (e * e if c.head == "pointer" else 0))
+
+
+_COUNTS = {"TransformerConfig": _transformer, "DecoderLMConfig": _decoder_lm, "EncoderClassifierConfig": _classifier,
+           "ViTConfig": _vit, "VLAConfig": _vla}
+
+
+def param_count(config) -> int | None:
+    """The number of parameters the model of ``config`` has, from the fields alone (no array is made);
+    None for a config class npformer does not know (a model kind registered by someone else)."""
+    count = _COUNTS.get(type(config).__name__)
+    return None if count is None else count(config)
+
+
+def check_size(config) -> None:
+    """ValueError naming the config when its model would be absurd: more than MAX_LAYERS layers in a
+    stack, more than MAX_PARAMETERS parameters, or a sinusoidal position table of more values."""
+    name = type(config).__name__
+    for field in ("n_layers", "n_encoder_layers", "n_decoder_layers"):
+        n = getattr(config, field, 0)
+        if n > MAX_LAYERS:
+            raise ValueError(f"{name}.{field} is {n:,}: npformer builds at most {MAX_LAYERS:,} layers a stack")
+    n = param_count(config)
+    if n is not None and n > MAX_PARAMETERS:
+        raise ValueError(f"{name} describes a model of {n:,} parameters, more than npformer builds "
+                         f"({MAX_PARAMETERS:,}, 2^31)")
+    if getattr(config, "positional", None) == "sinusoidal":
+        rows = getattr(config, "max_len", None) or (config.image_size // config.patch_size) ** 2 + 1
+        if rows * config.d_model > MAX_PARAMETERS:
+            raise ValueError(f"{name} describes a sinusoidal position table of {rows:,} x {config.d_model:,} "
+                             f"values, more than npformer builds ({MAX_PARAMETERS:,}, 2^31)")
 
 
 # -- invariant checks (each raises ValueError/TypeError naming the field and its value) --------

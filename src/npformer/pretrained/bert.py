@@ -7,18 +7,26 @@ BERT is the paper's encoder with three changes, all visible here:
 The layers are post-LN (``x = norm(x + sublayer(x))``) as in the paper, so they are plain
 ``npformer.nn.EncoderLayer``s; only the parameter names differ, and ``_rename`` maps them.
 
+Loading trusts neither file: config.json is read with ``settings.read_json``'s limits and its
+parameter count computed before anything is built (over 2^31 is refused); then the safetensors
+header alone is read (``weights.read_header``) and every tensor's shape and dtype compared with what
+the config implies, before the model is built or any tensor read.
+
 Dimension legend: B batch, T positions, E hidden size, V vocabulary.
 """
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..nn import Embedding, Encoder, LayerNorm, Module
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
+from ..settings import FileFormatError, read_json, reading
+from .weights import TensorEntry, read_header, read_tensors
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
@@ -27,6 +35,8 @@ BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "Ber
 # Checkpoint entries that are not part of the encoder: the [CLS] pooler and task heads.
 _IGNORED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.")
 _IGNORED_KEYS = ("embeddings.position_ids",)
+# config.json's torch_dtype -> the safetensors dtype every weight must then have (without it: any of them)
+WEIGHT_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64"}
 
 
 @dataclass
@@ -40,22 +50,62 @@ class BertConfig:
     type_vocab_size: int = 2         # rows of the token-type (segment) table
     layer_norm_eps: float = 1e-12    # eps of every LayerNorm, as config.json says
     hidden_act: str = "gelu"         # only exact (erf) GELU is supported
-    pad_token_id: int = 0            # id of [PAD]
+    pad_token_id: int | None = 0     # id of [PAD] (None in some configs; the tokenizer pads with its own)
+    torch_dtype: str | None = None   # the weights' dtype ("float32", "float16", "float64"); None: any of them
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            check_int(name, getattr(self, name))
+        if self.pad_token_id is not None:
+            check_int("pad_token_id", self.pad_token_id, minimum=0)
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by "
                              f"num_attention_heads ({self.num_attention_heads})")
         if self.hidden_act != "gelu":
             raise ValueError(f"hidden_act {self.hidden_act!r} is not supported: npformer runs BERT with exact "
                              "(erf) GELU, hidden_act 'gelu'")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        check_float("layer_norm_eps", self.layer_norm_eps, 0.0, 1.0, low_inclusive=False)
+        if self.torch_dtype is not None and self.torch_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"torch_dtype {self.torch_dtype!r} is not supported: npformer reads "
+                             f"{', '.join(WEIGHT_DTYPES)} weights")
+        if self.num_hidden_layers > MAX_LAYERS:
+            raise ValueError(f"num_hidden_layers is {self.num_hidden_layers:,}: npformer builds at most "
+                             f"{MAX_LAYERS:,} layers")
+        n = self.param_count()
+        if n > MAX_PARAMETERS:
+            raise ValueError(f"the config describes a model of {n:,} parameters, more than npformer builds "
+                             f"({MAX_PARAMETERS:,}, 2^31)")
+
+    def param_count(self) -> int:
+        """The encoder's parameters, from the config alone: the sizes of ``checkpoint_shapes``."""
+        return sum(math.prod(shape) for _, shape in self.checkpoint_shapes())
+
+    def checkpoint_shapes(self):
+        """Yields (name, shape) of every tensor of the encoder, named as in Hugging Face's checkpoints
+        (without a "bert." prefix), in the checkpoints' order of layers."""
+        e, f = self.hidden_size, self.intermediate_size
+        yield "embeddings.word_embeddings.weight", (self.vocab_size, e)
+        yield "embeddings.position_embeddings.weight", (self.max_position_embeddings, e)
+        yield "embeddings.token_type_embeddings.weight", (self.type_vocab_size, e)
+        yield "embeddings.LayerNorm.weight", (e,)
+        yield "embeddings.LayerNorm.bias", (e,)
+        for i in range(self.num_hidden_layers):
+            for name, shape in (("attention.self.query", (e, e)), ("attention.self.key", (e, e)),
+                                ("attention.self.value", (e, e)), ("attention.output.dense", (e, e)),
+                                ("attention.output.LayerNorm", (e,)), ("intermediate.dense", (f, e)),
+                                ("output.dense", (e, f)), ("output.LayerNorm", (e,))):
+                yield f"encoder.layer.{i}.{name}.weight", shape
+                yield f"encoder.layer.{i}.{name}.bias", shape[:1]
 
     @classmethod
     def from_dict(cls, cfg: dict, source: str = "config.json") -> "BertConfig":
         """Checks that ``cfg`` (a Hugging Face config.json) describes a BERT-family encoder."""
-        arch = list(cfg.get("architectures") or [])
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{source} must hold a JSON object")
+        arch = cfg.get("architectures") or []
+        if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
+            raise ValueError(f"{source}: architectures must be a list of names, got {arch!r}")
         model_type = cfg.get("model_type")
         if model_type != "bert" and not any(a in BERT_ARCHITECTURES for a in arch):
             named = f"model_type {model_type!r}" + (f", architectures {arch}" if arch else "")
@@ -184,15 +234,12 @@ class BertModel(Module):
 # -- loading -----------------------------------------------------------------------------------
 
 def _rename(key: str) -> str | None:
-    """A checkpoint key (prefix already removed) -> npformer's key; None for the q/k/v
-    entries, which are concatenated separately. Raises KeyError for a key it doesn't know."""
-    key = key.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+    """A name of ``BertConfig.checkpoint_shapes`` -> npformer's key; None for the q/k/v entries,
+    which are concatenated separately."""
     if key.startswith("embeddings."):
         return key
     parts = key.split(".")
-    if len(parts) < 5 or parts[:2] != ["encoder", "layer"]:
-        raise KeyError(key)
-    i, rest = parts[2], ".".join(parts[3:])
+    i, rest = parts[2], ".".join(parts[3:])                  # encoder.layer.I.REST
     table = {
         "attention.output.dense": "self_attn.out_proj",
         "attention.output.LayerNorm": "norm1",
@@ -208,53 +255,72 @@ def _rename(key: str) -> str | None:
     raise KeyError(key)
 
 
-def _read_state(path: Path, n_layers: int) -> dict[str, np.ndarray]:
-    """model.safetensors -> npformer BertModel state dict (numpy only, no torch)."""
-    from safetensors import safe_open
+def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertConfig) -> dict[str, TensorEntry]:
+    """{name as ``checkpoint_shapes`` says it: entry} of the encoder's tensors in the safetensors
+    header of ``path``: every tensor ``cfg`` implies, each of its shape and a float dtype (the config's
+    torch_dtype when it names one), and no other; a FileFormatError naming the file and the tensor
+    otherwise. The task heads and position_ids beside the encoder are left out."""
+    keys = list(header)
+    prefix = "bert." if any(k.startswith("bert.embeddings.") for k in keys) else ""
+    if f"{prefix}embeddings.word_embeddings.weight" not in header:
+        raise FileFormatError(f"{path} holds no BERT weights: no 'embeddings.word_embeddings.weight' "
+                              f"(with prefix 'bert.' or none); first keys: {keys[:4]}")
+    found: dict[str, str] = {}                              # name as checkpoint_shapes says it -> key in the file
+    for k in keys:
+        local = k[len(prefix):]
+        if not k.startswith(prefix) or local in _IGNORED_KEYS or local.startswith(_IGNORED_PREFIXES):
+            continue                                        # task heads outside the BertModel (cls.*)
+        name = local.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        if name in found:
+            raise FileFormatError(f"{path} holds {found[name]!r} and {k!r}: one weight twice")
+        found[name] = k
+    dtypes = (WEIGHT_DTYPES[cfg.torch_dtype],) if cfg.torch_dtype else tuple(WEIGHT_DTYPES.values())
+    entries = {}
+    for name, shape in cfg.checkpoint_shapes():
+        if name not in found:
+            raise FileFormatError(f"{path}: missing weight {prefix + name!r}")
+        key = found.pop(name)
+        e = header[key]
+        if e.shape != shape:
+            raise FileFormatError(f"{path} does not match config.json: {key} has shape {e.shape}, "
+                                  f"the config gives {shape}")
+        if e.dtype not in dtypes:
+            raise FileFormatError(f"{path}: {key} has dtype {e.dtype}, expected {' or '.join(dtypes)}")
+        entries[name] = e
+    if found:
+        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for a BERT encoder "
+                              f"of {cfg.num_hidden_layers} layers")
+    return entries
 
-    with safe_open(str(path), framework="np") as f:
-        keys = list(f.keys())
-        prefix = "bert." if any(k.startswith("bert.embeddings.") for k in keys) else ""
-        if not any(k == f"{prefix}embeddings.word_embeddings.weight" for k in keys):
-            raise ValueError(f"{path} holds no BERT weights: no 'embeddings.word_embeddings.weight' "
-                             f"(with prefix 'bert.' or none); first keys: {keys[:4]}")
-        raw = {}
-        for k in keys:
-            if not k.startswith(prefix):
-                continue                                    # task heads outside the BertModel (cls.*)
-            local = k[len(prefix):]
-            if local in _IGNORED_KEYS or local.startswith(_IGNORED_PREFIXES):
-                continue
-            raw[local] = f.get_tensor(k)
-    state: dict[str, np.ndarray] = {}
-    for k, v in raw.items():
-        try:
-            new = _rename(k)
-        except KeyError:
-            raise ValueError(f"{path}: unexpected weight {prefix + k!r} for a BERT encoder") from None
-        if new is not None:
-            state[new] = v
+
+def _read_state(path: Path, entries: dict[str, TensorEntry], n_layers: int) -> dict[str, np.ndarray]:
+    """The checked ``entries`` of model.safetensors -> npformer BertModel state dict (numpy only)."""
+    raw = read_tensors(path, entries)
+    state = {new: v for k, v in raw.items() if (new := _rename(k)) is not None}
     for i in range(n_layers):
         base = f"encoder.layer.{i}.attention.self"
         for kind in ("weight", "bias"):
-            names = [f"{base}.{p}.{kind}" for p in ("query", "key", "value")]
-            missing = [n for n in names if n not in raw]
-            if missing:
-                raise ValueError(f"{path}: missing weight {prefix + missing[0]!r}")
             # torch's MultiheadAttention stacks W_q, W_k, W_v row-wise in in_proj_weight (3E, E)
-            state[f"encoder.layers.{i}.self_attn.in_proj_{kind}"] = np.concatenate([raw[n] for n in names])
+            state[f"encoder.layers.{i}.self_attn.in_proj_{kind}"] = np.concatenate(
+                [raw[f"{base}.{p}.{kind}"] for p in ("query", "key", "value")])
     return state
 
 
 def load_bert(path: str | Path, dtype=np.float32) -> BertModel:
-    """A BertModel from a Hugging Face directory holding config.json and model.safetensors."""
+    """A BertModel from a Hugging Face directory holding config.json and model.safetensors.
+
+    Both are checked before the model is built: the config's size, then every tensor of the
+    safetensors header against the config. Errors are one line naming the file."""
     path = Path(path)
     cfg_file, weights = path / "config.json", path / "model.safetensors"
     for f in (cfg_file, weights):
         if not f.is_file():
             raise FileNotFoundError(f"model directory {path} has no {f.name}")
-    cfg = BertConfig.from_dict(json.loads(cfg_file.read_text(encoding="utf-8")), str(cfg_file))
+    with reading(cfg_file):
+        cfg = BertConfig.from_dict(read_json(cfg_file, top=dict), str(cfg_file))
+    header, _ = read_header(weights)
+    entries = _checkpoint_entries(weights, header, cfg)
     model = BertModel(cfg, dtype=dtype)
-    state = _read_state(weights, cfg.num_hidden_layers)
+    state = _read_state(weights, entries, cfg.num_hidden_layers)
     model.load_state_dict({k: v.astype(dtype, copy=False) for k, v in state.items()})
     return model

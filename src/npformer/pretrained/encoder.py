@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
 
+from ..settings import read_json, reading
 from .bert import BertModel, load_bert
 from .parallel import default_threads, map_threads
 from .tokenizer import WordPieceTokenizer
@@ -47,31 +47,45 @@ def default_model_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-def _read_json(path: Path, what: str) -> dict | list:
+def _read_json(path: Path, what: str, top: type) -> dict | list:
     if not path.is_file():
         raise FileNotFoundError(f"model directory {path.parent} has no {path.name} ({what})")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    return read_json(path, top=top)
 
 
-def _read_modules(path: Path) -> tuple[dict, bool]:
-    """modules.json -> (pooling config, normalize?). Any module besides Transformer, Pooling
-    and Normalize is refused by name, rather than silently skipped."""
-    modules = _read_json(path / "modules.json", "the sentence-transformers pipeline")
+def _read_modules(path: Path) -> tuple[Path, dict, bool]:
+    """modules.json -> (the pooling config's file, its content, normalize?). Any module besides
+    Transformer, Pooling and Normalize is refused by name, rather than silently skipped; the pooling
+    folder must lie inside the model directory."""
+    file = path / "modules.json"
+    modules = _read_json(file, "the sentence-transformers pipeline", list)
     kinds = {}
-    for m in modules:
-        kind = str(m.get("type", "")).rsplit(".", 1)[-1]
-        if kind not in _KNOWN_MODULES:
-            raise ValueError(f"{path / 'modules.json'}: module {m.get('type')!r} is not supported "
-                             f"(only {', '.join(_KNOWN_MODULES)})")
-        kinds[kind] = m
-    if "Transformer" not in kinds or "Pooling" not in kinds:
-        raise ValueError(f"{path / 'modules.json'} must list a Transformer and a Pooling module")
-    pool_dir = path / (kinds["Pooling"].get("path") or "1_Pooling")
-    pooling = _read_json(pool_dir / "config.json", "the pooling config")
-    return pooling, "Normalize" in kinds
+    with reading(file):
+        for m in modules:
+            if not isinstance(m, dict):
+                raise ValueError(f"{file}: each module must be a JSON object, got {m!r}")
+            kind = str(m.get("type", "")).rsplit(".", 1)[-1]
+            if kind not in _KNOWN_MODULES:
+                raise ValueError(f"{file}: module {m.get('type')!r} is not supported "
+                                 f"(only {', '.join(_KNOWN_MODULES)})")
+            kinds[kind] = m
+        if "Transformer" not in kinds or "Pooling" not in kinds:
+            raise ValueError(f"{file} must list a Transformer and a Pooling module")
+        folder = kinds["Pooling"].get("path") or "1_Pooling"
+        if not isinstance(folder, str) or Path(folder).is_absolute() or ".." in Path(folder).parts:
+            raise ValueError(f"{file}: the Pooling module's path {folder!r} is not a folder inside {path}")
+    pool_file = path / folder / "config.json"
+    return pool_file, _read_json(pool_file, "the pooling config", dict), "Normalize" in kinds
+
+
+def _max_length(path: Path, st_cfg: dict, limit: int) -> int:
+    """sentence_bert_config.json's max_seq_length (absent or null: the model's limit), at most ``limit``."""
+    n = st_cfg.get("max_seq_length")
+    if n is None:
+        return limit
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"{path}: max_seq_length must be an int >= 2 ([CLS] and [SEP]), got {n!r}")
+    return min(n, limit)
 
 
 def _check_positive(name: str, value) -> int:
@@ -90,6 +104,13 @@ class SentenceEncoder:
     def __init__(self, model: BertModel, tokenizer: WordPieceTokenizer, pooling: dict,
                  normalize: bool, path: Path | None = None) -> None:
         self.model, self.tokenizer, self.normalize, self.path = model, tokenizer, normalize, path
+        flags = {k: v for k, v in pooling.items() if k.startswith("pooling_mode_")}
+        if not all(isinstance(v, bool) for v in flags.values()):
+            raise ValueError(f"pooling modes must be true or false, got {flags}")
+        width = pooling.get("word_embedding_dimension", model.config.hidden_size)
+        if width != model.config.hidden_size:
+            raise ValueError(f"pooling word_embedding_dimension {width!r} is not the model's hidden_size "
+                             f"{model.config.hidden_size}")
         self.pool_modes = [m for m in _POOL_MODES if pooling.get(f"pooling_mode_{m}")]
         others = sorted(k for k, v in pooling.items()
                         if k.startswith("pooling_mode_") and v and k[len("pooling_mode_"):] not in _POOL_MODES)
@@ -109,13 +130,16 @@ class SentenceEncoder:
         for name, what in _NEEDED_FILES.items():                      # all named before the weights load
             if not (path / name).is_file():
                 raise FileNotFoundError(f"model directory {path} has no {name} ({what})")
-        st_cfg = _read_json(path / "sentence_bert_config.json", "the maximum length")
-        pooling, normalize = _read_modules(path)
+        st_cfg = _read_json(path / "sentence_bert_config.json", "the maximum length", dict)
+        pool_file, pooling, normalize = _read_modules(path)
         model = load_bert(path)
-        max_len = int(st_cfg.get("max_seq_length") or model.config.max_position_embeddings)
-        max_len = min(max_len, model.config.max_position_embeddings)
+        max_len = _max_length(path / "sentence_bert_config.json", st_cfg, model.config.max_position_embeddings)
         tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_len)
-        return cls(model, tokenizer, pooling, normalize, path)
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise ValueError(f"{path / 'tokenizer.json'} has {tokenizer.vocab_size:,} word pieces, more than "
+                             f"the {model.config.vocab_size:,} rows of the model's table (config.json's vocab_size)")
+        with reading(pool_file):                                       # its pooling modes are checked there
+            return cls(model, tokenizer, pooling, normalize, path)
 
     # -- encoding ----------------------------------------------------------------------------
     @staticmethod

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import settings
 from ..files import _fsync_dir, _stage, open_in_place, writing
 
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
@@ -68,14 +69,8 @@ def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
 
 
 def read_json(path) -> dict:
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not UTF-8 text") from None
+    """A run's JSON file, read with ``settings.read_json``'s limits; one-line errors naming it."""
+    return settings.read_json(path, top=dict)
 
 
 # -- checkpoints ----------------------------------------------------------------------------------
@@ -239,12 +234,13 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     if kinds is not None and config["model_kind"] not in kinds:
         raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({config['task']!r} task); "
                          f"this command needs a {' or '.join(kinds)} model")
-    task_cls = get_task(config["task"])
-    if task_cls.model_kind != config["model_kind"]:
-        raise ValueError(f"{run_dir / CONFIG}: task {config['task']!r} uses a {task_cls.model_kind} model, "
-                         f"not {config['model_kind']!r}")
-    the_task = task_cls.from_dict(config["data"])
-    model_config = model_config_from_dict(config["model_kind"], config["model"])
+    with settings.reading(run_dir / CONFIG):                              # its errors name config.json
+        task_cls = get_task(config["task"])
+        if task_cls.model_kind != config["model_kind"]:
+            raise ValueError(f"{run_dir / CONFIG}: task {config['task']!r} uses a {task_cls.model_kind} model, "
+                             f"not {config['model_kind']!r}")
+        the_task = task_cls.from_dict(config["data"])
+        model_config = model_config_from_dict(config["model_kind"], config["model"])
     model = the_task.build_model(model_config, rng=np.random.default_rng(0))
     if not (run_dir / MODEL).is_file():
         raise FileNotFoundError(f"{run_dir} has no {MODEL} yet (training has not saved a checkpoint)")
@@ -254,7 +250,8 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     model.eval()
     state = read_json(run_dir / STATE) if (run_dir / STATE).is_file() else {}
     metrics = read_json(run_dir / METRICS) if (run_dir / METRICS).is_file() else {}
-    step = int(meta.get("step", state.get("step", 0)))
+    with settings.reading(run_dir / MODEL):
+        step = int(meta.get("step", state.get("step", 0)))
     return Run(run_dir, config, the_task, model, step, metrics, state)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from ..files import atomic_write_json, clean_stale_temporaries
 from ..ops import workspace
 from ..settings import from_dict as settings_from_dict
+from ..settings import reading
 from .checkpoint import (
     CONFIG,
     LOCK,
@@ -228,9 +229,10 @@ class Trainer:
         with it, and so does each worker of the torch engine."""
         from ..data.tasks import get_task, model_config_from_dict
 
-        task = get_task(config["task"]).from_dict(config["data"])
-        train = settings_from_dict(TrainConfig, config["train"], what="train")
-        model_config = model_config_from_dict(config["model_kind"], config["model"])
+        with reading(Path(out_dir) / CONFIG):                           # its errors name config.json
+            task = get_task(config["task"]).from_dict(config["data"])
+            train = settings_from_dict(TrainConfig, config["train"], what="train")
+            model_config = model_config_from_dict(config["model_kind"], config["model"])
         model = task.build_model(model_config, rng=np.random.default_rng(0))
         return cls(out_dir, task, model, config, train)
 
