@@ -39,6 +39,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -56,16 +57,21 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
     return save({k: np.require(v, requirements="C") for k, v in tensors.items()}, metadata=metadata)
 
 
-def read_safetensors(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(tensors, metadata) of a safetensors file; ValueError naming the file when it is unreadable."""
-    from safetensors import safe_open
-    try:
-        with safe_open(str(path), framework="np") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
-    except (OSError, RuntimeError, ValueError, Exception) as e:  # safetensors raises its own error types
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise ValueError(f"{path} is not a readable safetensors file ({str(e).splitlines()[0][:80]})") from None
+def read_safetensors(path, expect: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(tensors, metadata) of a safetensors file; ValueError naming the file when it is unreadable.
+
+    The header is read and checked alone first (``pretrained.weights.read_header``: its size, every
+    entry's dtype, shape and byte range inside the file). With ``expect`` (name -> array), the
+    header's names, shapes and dtypes must also match it (``check_state_matches``) before any tensor
+    is read, so a file that disagrees with its config.json takes no memory for its tensors."""
+    from ..pretrained.weights import DTYPES, read_header, read_tensors
+
+    entries, meta = read_header(path)
+    if expect is not None:
+        declared = {name: SimpleNamespace(shape=e.shape, dtype=np.dtype(DTYPES[e.dtype][0] or "V2"))
+                    for name, e in entries.items()}                          # bfloat16: no numpy dtype
+        check_state_matches(expect, declared, str(path))
+    return read_tensors(path, entries), meta
 
 
 def read_json(path) -> dict:
@@ -244,8 +250,7 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     model = the_task.build_model(model_config, rng=np.random.default_rng(0))
     if not (run_dir / MODEL).is_file():
         raise FileNotFoundError(f"{run_dir} has no {MODEL} yet (training has not saved a checkpoint)")
-    tensors, meta = read_safetensors(run_dir / MODEL)
-    check_state_matches(model.state_dict(), tensors, f"{run_dir / MODEL}")
+    tensors, meta = read_safetensors(run_dir / MODEL, expect=model.state_dict())
     model.load_state_dict(tensors)
     model.eval()
     state = read_json(run_dir / STATE) if (run_dir / STATE).is_file() else {}

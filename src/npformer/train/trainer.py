@@ -52,7 +52,6 @@ from .checkpoint import (
     OPTIMIZER,
     STATE,
     RunLock,
-    check_state_matches,
     read_config,
     read_json,
     read_safetensors,
@@ -248,8 +247,7 @@ class Trainer:
         for name in (MODEL, OPTIMIZER, STATE):
             if not (self.out / name).is_file():
                 raise FileNotFoundError(f"{self.out} has no {name}: nothing to resume")
-        weights, wmeta = read_safetensors(self.out / MODEL)
-        check_state_matches(self.model.state_dict(), weights, str(self.out / MODEL))
+        weights, wmeta = read_safetensors(self.out / MODEL, expect=self.model.state_dict())
         opt, ometa = read_safetensors(self.out / OPTIMIZER)
         where = self.out / STATE
         state = read_json(where)
