@@ -15,8 +15,9 @@ numpy's BLAS runs on --threads threads (default: one per physical core, what `np
 gets on a machine without SMT). Threads speed up the recomputing baseline's large products more
 than the cached steps' one-row products. On a shared machine, --threads 1 keeps OpenBLAS's
 spinning worker threads from fighting other programs for the cores (they made the same products
-10x slower there). A full run takes about two minutes (one run of each took 2.2 s and 42.3 s
-on one thread of the README's machine).
+10x slower there). A full run is --repeats runs of each after an 8-token warm-up: about
+--repeats times the sum of the two times that the README's Measured numbers table gives for one
+run of each on its machine (no times are quoted here, so that none goes stale).
 """
 from __future__ import annotations
 
