@@ -24,7 +24,9 @@ not depend on what else the machine runs; the times do. The exact path is only r
 Time at --time-at: in this process, the two paths alternate (tiled, exact, tiled, ...) after a
 warm-up, without dropout so that both compute the same thing; the medians and their ratio are
 printed, and the run exits with status 1 when their losses or gradients differ. The attention op
-alone (forward and backward, causal, 4 heads of 32) is timed the same way.
+alone (forward and backward, causal, 4 heads of 32) is timed the same way; there, and in
+--crossover and --tune, every tiled variant's gradients must match the exact op's within 1e-4
+(relative to the largest entry).
 
 --prefill: the same model in eval mode, a KV cache's first step over a T-token prompt
 (``decode.make_stepper(model).step``), then one more token; fresh processes as above. "tiled" is
@@ -188,30 +190,39 @@ def op_sides(t: int, batch: int = 1, causal: bool = True, blocks=None):
     return sides
 
 
+def check_op(out: dict, label: str) -> None:
+    """Every tiled side's gradients (dq, dk, dv) against the exact op's, relative to the largest entry."""
+    worst = max(float(np.abs(a - b).max() / np.abs(b).max())
+                for name, grads in out.items() if name != "exact"
+                for a, b in zip(grads, out["exact"], strict=True))
+    check(label, worst, 1e-4)
+
+
 def op_times(t: int, repeats: int) -> float:
     print(f"\nthe attention op alone at T = {t} (causal, forward + backward, 1 x 4 heads of 32, float32):")
     times, out = alternate(op_sides(t), repeats)
     med = print_times(times)
     ratio = print_ratio(med, "tiled", "exact")
-    worst = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(out["tiled"], out["exact"], strict=True))
-    check("op gradients, relative", worst, 1e-4)
+    check_op(out, "op gradients, relative")
     return ratio
 
 
 def crossover(repeats: int) -> None:
     print("\nthe attention op alone, forward + backward, causal, 4 heads of 32, float32, B x T = 4,096 tokens:")
     for t in (64, 128, 256, 512, 1024):
-        times, _ = alternate(op_sides(t, batch=max(1, 4096 // t)), repeats)
+        times, out = alternate(op_sides(t, batch=max(1, 4096 // t)), repeats)
         med = {k: float(np.median(v)) for k, v in times.items()}
         print(f"  T = {t:5d}: exact {med['exact'] * 1e3:8.1f} ms, tiled {med['tiled'] * 1e3:8.1f} ms, "
               f"tiled / exact {med['tiled'] / med['exact']:.2f}", flush=True)
+        check_op(out, f"T = {t}: op gradients, relative")
 
 
 def tune(t: int, repeats: int) -> None:
     blocks = [(bq, bk) for bq in (64, 128, 256) for bk in (128, 256, 512, 1024)]
     print(f"\nblock sizes at T = {t} (the op alone, causal, forward + backward), alternating:")
-    times, _ = alternate(op_sides(t, blocks=blocks), repeats)
+    times, out = alternate(op_sides(t, blocks=blocks), repeats)
     print_times(dict(sorted(times.items(), key=lambda kv: np.median(kv[1]))))
+    check_op(out, f"op gradients of every block size against the exact op's, relative (worst of {len(blocks)})")
 
 
 def draw(rows: dict, path: str, procs: int, times: bool = True) -> None:
