@@ -16,7 +16,9 @@ it) and these are measured, medians printed:
 - a layer switch in the head view, the model view (every layer x head computed and drawn), the
   step view for the last token, measured in the page around a synchronous render.
 The issue's target: each page open and interactive in under 2 s. Exit status 1 if a page logged a
-console error, made a request other than its own file, or a render failed to change the drawing.
+console error, made a request other than its own file, or a timed render did not draw: the layer
+switch left the head view's pixels as they were, the model view's canvas is missing or blank, or
+the step view's table lacks a row per key or its weights do not sum to 1 (within 1e-6).
 No two sides are compared (there is no other implementation to race), so no parity check.
 """
 from __future__ import annotations
@@ -79,6 +81,23 @@ MEASURE = """([view, layer, query]) => {
 }"""
 
 
+# whether the model view drew: its canvas is there and not blank (a blank canvas of its size differs)
+MODEL_DRAWN = """() => {
+  const c = document.querySelector('#model-canvas');
+  if (!c) return 'missing';
+  const blank = document.createElement('canvas');
+  blank.width = c.width; blank.height = c.height;
+  return c.width > 0 && c.height > 0 && c.toDataURL() !== blank.toDataURL() ? 'drawn' : 'blank';
+}"""
+
+# what the step view drew: its key rows, its weights' sum (the table's last row), the keys it has
+STEP_DRAWN = """() => {
+  const x = window.npformerExplore, sum = document.querySelector('#step-sum');
+  return [document.querySelectorAll('#step-table tr[data-key]').length, sum ? Number(sum.dataset.value) : NaN,
+          x.state.payload.inputs[0].groups[0].key_tokens.length];
+}"""
+
+
 def measure(ctx, url: str, rounds: int) -> tuple[dict, list[str]]:
     from page_browser import Opened
     rows, problems = [], []
@@ -94,7 +113,12 @@ def measure(ctx, url: str, rounds: int) -> tuple[dict, list[str]]:
         if o.canvas_hash("#head-canvas") == before:
             problems.append("the layer switch did not change the head view")
         model_ms = o.page.evaluate(MEASURE, ["model", None, None])
+        if (drawn := o.page.evaluate(MODEL_DRAWN)) != "drawn":
+            problems.append(f"the model view's canvas is {drawn}")
         step_ms = o.page.evaluate(MEASURE, ["step", None, g - 1])
+        n_rows, total, keys = o.page.evaluate(STEP_DRAWN)
+        if n_rows != keys or not abs(total - 1) <= 1e-6:
+            problems.append(f"the step view shows {n_rows} key rows of {keys}, weights summing to {total}")
         rows.append({"ready_ms": timing["ready_ms"], "goto_to_ready_ms": wall, "parse_ms": timing["parse_ms"],
                      "inflate_ms": timing["inflate_ms"], "first_view_ms": timing["first_view_ms"],
                      "layer_switch_ms": layer_ms, "model_view_ms": model_ms, "step_view_ms": step_ms})

@@ -11,12 +11,19 @@ otherwise, checked on every run). The model has random weights (speed does not d
 it learned). After a warm-up of 8 tokens each, the two run alternately (cached, recomputing,
 cached, ...) --repeats times; the medians and their ratio are reported.
 
+Equal tokens alone prove little here: the random model repeats its prompt's token (its tied
+embedding dominates the logits; the number of distinct tokens generated is printed), and would
+go on doing so through many a cache bug. So first, a check of the logits (exit status 1 on a
+miss): --tokens random tokens fed one at a time to the cached stepper, each step's logits
+against those of one recomputing forward over the whole sequence, within 1e-4 (max abs).
+
 numpy's BLAS runs on --threads threads (default: one per physical core, what `npformer generate`
 gets on a machine without SMT). Threads speed up the recomputing baseline's large products more
 than the cached steps' one-row products. On a shared machine, --threads 1 keeps OpenBLAS's
 spinning worker threads from fighting other programs for the cores (they made the same products
-10x slower there). A full run takes about two minutes (one run of each took 2.2 s and 42.3 s
-on one thread of the README's machine).
+10x slower there). A full run is --repeats runs of each after an 8-token warm-up: about
+--repeats times the sum of the two times that the README's Measured numbers table gives for one
+run of each on its machine (no times are quoted here, so that none goes stale).
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import argparse
 import numpy as np
 
 from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
-from npformer.decode import greedy
+from npformer.decode import greedy, make_stepper
 from npformer.models import DecoderLM, DecoderLMConfig
 
 
@@ -49,6 +56,14 @@ def main() -> None:
     print(f"DecoderLM d_model={cfg.d_model} layers={cfg.n_layers} heads={cfg.n_heads} d_ff={cfg.d_ff} "
           f"max_len={cfg.max_len} ({model.num_parameters():,} parameters), float32, BLAS threads {threads}")
 
+    # the cache's logits, on a sequence that is not one token repeated
+    ids = np.random.default_rng(1).integers(0, args.vocab, (1, args.tokens))  # (1, N)
+    stepper = make_stepper(model, batch=1, cache=True, max_len=args.tokens)
+    stepped = np.concatenate([stepper.step(ids[:, i:i + 1]) for i in range(args.tokens)], axis=1)  # (1, N, V)
+    whole = make_stepper(model, batch=1, cache=False).step(ids)          # (1, N, V)
+    check(f"logits of {args.tokens} random tokens, cached one at a time vs recomputed at once, max abs",
+          float(np.abs(stepped - whole).max()), 1e-4)
+
     for cache in (True, False):                                           # warm up both paths
         greedy(model, prompt, 8, cache=cache)
     sides = {"with KV cache": lambda: greedy(model, prompt, args.tokens, cache=True),
@@ -63,7 +78,8 @@ def main() -> None:
         n_diff = int(np.sum(got["with KV cache"] != got["recompute"])) if same else args.tokens
         check(f"round {r + 1}: generated tokens that differ (of {args.tokens})", n_diff, 0)
 
-    print(f"{args.tokens} tokens, {args.repeats} alternating runs after a warm-up")
+    print(f"{args.tokens} tokens ({len(np.unique(got['with KV cache']))} distinct), {args.repeats} alternating "
+          "runs after a warm-up")
     med = print_times(times, unit="s")
     for k, t in med.items():
         print(f"  {k:<24} {args.tokens / t:8.1f} tokens/s (median)")

@@ -2,9 +2,10 @@
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_long_attention.py
     (options: --lengths 1024,2048,4096,8192,16384 --exact-max 4096 --time-at 2048 --repeats 5
-     --png long_attention.png --threads N; --crossover (attention op alone, T = 64..1,024, the
-     threshold nn/attention.py uses); --tune (block sizes at --time-at); --prefill (the KV cache's
-     first step on a T-token prompt, inference); a smoke test: --lengths 256,512 --time-at 512 --repeats 2)
+     --procs 3 --png long_attention.png [--png-memory-only] --threads N; --crossover (attention op
+     alone, T = 64..1,024, the threshold nn/attention.py uses); --tune (block sizes at --time-at);
+     --prefill (the KV cache's first step on a T-token prompt, inference); a smoke test:
+     --lengths 256,512 --time-at 512 --repeats 2, and --prefill --lengths 256,512 --exact-max 512)
 
 The step: a DecoderLM (d_model 128, 4 heads, 2 layers, d_ff 1024, vocabulary 256, learned
 positions, dropout 0.1, float32), batch 1, T tokens, forward, cross-entropy and backward
@@ -12,21 +13,27 @@ positions, dropout 0.1, float32), batch 1, T tokens, forward, cross-entropy and 
 long sequences), "exact" the reference ops/attention.py, which keeps the (B, H, T, T) weights; the
 path is forced by setting ``npformer.nn.attention.TILED_MIN_SCORES``.
 
-Memory: each (T, path) runs in a fresh child process, which reports its peak resident set size
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``, everything the process held: Python, numpy, the
-model, the step) and the step's time. The exact path is only run up to --exact-max (at 8,192 it
-needs several GB; at 16,384 over 10 GB).
+Memory: each (T, path) runs in --procs fresh child processes (default 3), one after another, each
+of which reports its peak resident set size (``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
+everything the process held: Python, numpy, the model, the step) and the step's time; the table
+gives the median peak with the range of the processes' peaks, and the median time. The peaks do
+not depend on what else the machine runs; the times do. The exact path is only run up to
+--exact-max (at 8,192 it needs several GB; at 16,384 over 10 GB). --png draws the median peaks
+(the range as bars) and times against T; --png-memory-only leaves the times out.
 
 Time at --time-at: in this process, the two paths alternate (tiled, exact, tiled, ...) after a
 warm-up, without dropout so that both compute the same thing; the medians and their ratio are
 printed, and the run exits with status 1 when their losses or gradients differ. The attention op
-alone (forward and backward, causal, 4 heads of 32) is timed the same way.
+alone (forward and backward, causal, 4 heads of 32) is timed the same way; there, and in
+--crossover and --tune, every tiled variant's gradients must match the exact op's within 1e-4
+(relative to the largest entry).
 
 --prefill: the same model in eval mode, a KV cache's first step over a T-token prompt
 (``decode.make_stepper(model).step``), then one more token; fresh processes as above. "tiled" is
 what the cache picks for a long prompt, "exact" builds the (1, 1, T, T) mask and (1, 4, T, T)
 scores; the path is forced by ``npformer.decode.kvcache.TILED_MIN_SCORES``. Both paths' last
-logits must agree within 1e-4 at the lengths where both run (exit status 1 otherwise).
+logits must agree within 1e-4 at the lengths where both run, every tiled process against every
+exact one (exit status 1 otherwise).
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -101,27 +109,44 @@ def run_child(t: int, path: str, threads: int, flag: str = "--child") -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-STEP_TITLE = ("peak resident memory of one training step (fresh process each; DecoderLM d_model 128, 4 heads, "
-              "2 layers, batch 1, float32, dropout 0.1):")
+def run_children(t: int, path: str, threads: int, procs: int, flag: str = "--child") -> dict:
+    """``procs`` fresh processes of one (T, path), one after another: the median peak and its range
+    over them, the median seconds, and every run's own report (under "runs"); an "error" when one
+    of them failed."""
+    runs = [run_child(t, path, threads, flag) for _ in range(procs)]
+    bad = [r["error"] for r in runs if "error" in r]
+    if bad:
+        return {"error": f"{len(bad)} of {procs} processes failed: {bad[0]}"}
+    peaks = [r["peak_mb"] for r in runs]
+    return {"peak_mb": statistics.median(peaks), "peak_min": min(peaks), "peak_max": max(peaks),
+            "seconds": statistics.median(r["seconds"] for r in runs), "runs": runs}
+
+
+STEP_TITLE = ("peak resident memory of one training step (DecoderLM d_model 128, 4 heads, 2 layers, batch 1, "
+              "float32, dropout 0.1)")
 PREFILL_TITLE = ("peak resident memory and time of a KV cache's prefill on a T-token prompt, then one token "
-                 "(fresh process each; the DecoderLM above in eval mode):")
+                 "(the DecoderLM above in eval mode)")
 
 
-def memory_table(lengths, exact_max: int, threads: int, flag: str = "--child", title: str = STEP_TITLE) -> dict:
-    print("\n" + title)
-    print(f"  {'T':>6}  {'tiled MB':>9} {'tiled s':>8}  {'exact MB':>9} {'exact s':>8}")
+def memory_table(lengths, exact_max: int, threads: int, procs: int, flag: str = "--child",
+                 title: str = STEP_TITLE) -> dict:
+    print(f"\n{title}:\neach cell the median of {procs} fresh processes, the range of their peaks in brackets "
+          f"(load average now {os.getloadavg()[0]:.2f}: it slows the times, not the peaks)")
+    print(f"  {'T':>6}  {'tiled MB':>9} {'(min-max)':>13} {'tiled s':>8}  {'exact MB':>9} {'(min-max)':>13} "
+          f"{'exact s':>8}")
     rows = {}
     for t in lengths:
-        row = {"tiled": run_child(t, "tiled", threads, flag)}
-        row["exact"] = run_child(t, "exact", threads, flag) if t <= exact_max else {"skipped": True}
+        row = {"tiled": run_children(t, "tiled", threads, procs, flag)}
+        row["exact"] = run_children(t, "exact", threads, procs, flag) if t <= exact_max else {"skipped": True}
         rows[t] = row
         cells = []
         for p in ("tiled", "exact"):
             r = row[p]
             if "peak_mb" in r:
-                cells.append(f"{r['peak_mb']:9.0f} {r['seconds']:8.2f}")
+                span = f"({r['peak_min']:.0f}-{r['peak_max']:.0f})"
+                cells.append(f"{r['peak_mb']:9.0f} {span:>13} {r['seconds']:8.2f}")
             else:
-                cells.append(f"{'(not run)' if 'skipped' in r else 'failed':>18}")
+                cells.append(f"{'(not run)' if 'skipped' in r else 'failed':>32}")
         print(f"  {t:>6}  {cells[0]}  {cells[1]}", flush=True)
         for p in ("tiled", "exact"):
             if "error" in row[p]:
@@ -165,42 +190,58 @@ def op_sides(t: int, batch: int = 1, causal: bool = True, blocks=None):
     return sides
 
 
+def check_op(out: dict, label: str) -> None:
+    """Every tiled side's gradients (dq, dk, dv) against the exact op's, relative to the largest entry."""
+    worst = max(float(np.abs(a - b).max() / np.abs(b).max())
+                for name, grads in out.items() if name != "exact"
+                for a, b in zip(grads, out["exact"], strict=True))
+    check(label, worst, 1e-4)
+
+
 def op_times(t: int, repeats: int) -> float:
     print(f"\nthe attention op alone at T = {t} (causal, forward + backward, 1 x 4 heads of 32, float32):")
     times, out = alternate(op_sides(t), repeats)
     med = print_times(times)
     ratio = print_ratio(med, "tiled", "exact")
-    worst = max(float(np.abs(a - b).max() / np.abs(b).max()) for a, b in zip(out["tiled"], out["exact"], strict=True))
-    check("op gradients, relative", worst, 1e-4)
+    check_op(out, "op gradients, relative")
     return ratio
 
 
 def crossover(repeats: int) -> None:
     print("\nthe attention op alone, forward + backward, causal, 4 heads of 32, float32, B x T = 4,096 tokens:")
     for t in (64, 128, 256, 512, 1024):
-        times, _ = alternate(op_sides(t, batch=max(1, 4096 // t)), repeats)
+        times, out = alternate(op_sides(t, batch=max(1, 4096 // t)), repeats)
         med = {k: float(np.median(v)) for k, v in times.items()}
         print(f"  T = {t:5d}: exact {med['exact'] * 1e3:8.1f} ms, tiled {med['tiled'] * 1e3:8.1f} ms, "
               f"tiled / exact {med['tiled'] / med['exact']:.2f}", flush=True)
+        check_op(out, f"T = {t}: op gradients, relative")
 
 
 def tune(t: int, repeats: int) -> None:
     blocks = [(bq, bk) for bq in (64, 128, 256) for bk in (128, 256, 512, 1024)]
     print(f"\nblock sizes at T = {t} (the op alone, causal, forward + backward), alternating:")
-    times, _ = alternate(op_sides(t, blocks=blocks), repeats)
+    times, out = alternate(op_sides(t, blocks=blocks), repeats)
     print_times(dict(sorted(times.items(), key=lambda kv: np.median(kv[1]))))
+    check_op(out, f"op gradients of every block size against the exact op's, relative (worst of {len(blocks)})")
 
 
-def draw(rows: dict, path: str) -> None:
+def draw(rows: dict, path: str, procs: int, times: bool = True) -> None:
+    """Peak memory against T (the median of the fresh processes, their range as bars) and, unless
+    ``times`` is false, the step's median seconds beside it."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2 if times else 1, figsize=(10, 4) if times else (5.5, 4), squeeze=False)
+    axes = axes[0]
     for p, style in (("tiled", "o-"), ("exact", "s--")):
         ts = [t for t, r in rows.items() if "peak_mb" in r[p]]
-        axes[0].plot(ts, [rows[t][p]["peak_mb"] for t in ts], style, label=p)
-        axes[1].plot(ts, [rows[t][p]["seconds"] for t in ts], style, label=p)
-    for ax, label in zip(axes, ("peak resident memory (MB)", "seconds per step"), strict=True):
+        mid = np.array([rows[t][p]["peak_mb"] for t in ts])
+        span = np.array([[mid[i] - rows[t][p]["peak_min"], rows[t][p]["peak_max"] - mid[i]] for i, t in enumerate(ts)])
+        axes[0].errorbar(ts, mid, yerr=span.T.reshape(2, -1), fmt=style, capsize=3, label=p)
+        if times:
+            axes[1].plot(ts, [rows[t][p]["seconds"] for t in ts], style, label=p)
+    labels = (f"peak resident memory (MB), median of {procs}", "seconds per step")
+    for ax, label in zip(axes, labels, strict=False):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length T")
@@ -209,7 +250,8 @@ def draw(rows: dict, path: str) -> None:
     axes[0].axhline(1536, color="grey", lw=0.8, label="1.5 GB")
     for ax in axes:
         ax.legend()
-    fig.suptitle("DecoderLM training step (d_model 128, 4 heads, 2 layers, batch 1, float32)")
+    fig.suptitle("DecoderLM training step (d_model 128, 4 heads, 2 layers, batch 1, float32)",
+                 fontsize="large" if times else "medium")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
@@ -221,7 +263,12 @@ def main() -> None:
     ap.add_argument("--exact-max", type=int, default=4096, help="longest T the exact path runs (default 4096)")
     ap.add_argument("--time-at", type=int, default=2048, help="T of the alternating timing (default 2048)")
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds of each side (default 5)")
+    ap.add_argument("--procs", type=int, default=3,
+                    help="fresh processes per memory measurement, their median reported (default 3)")
     ap.add_argument("--png", default=None, help="draw memory and time against T into this PNG")
+    ap.add_argument("--png-memory-only", action="store_true",
+                    help="leave the time panel out of the PNG (for a run on a busy machine: load "
+                         "changes the times, not the peaks)")
     ap.add_argument("--crossover", action="store_true", help="only: the op alone at T = 64..1,024")
     ap.add_argument("--tune", action="store_true", help="only: block sizes of the op at --time-at")
     ap.add_argument("--prefill", action="store_true", help="only: the KV cache's prefill at --lengths")
@@ -230,6 +277,8 @@ def main() -> None:
     add_threads_arg(ap)
     args = ap.parse_args()
     threads = set_threads(args.threads)
+    if args.procs < 1:
+        raise SystemExit(f"--procs must be >= 1, got {args.procs}")
     if args.child:
         child(int(args.child[0]), args.child[1])
         return
@@ -245,17 +294,19 @@ def main() -> None:
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.prefill:
-        rows = memory_table(lengths, args.exact_max, threads, "--prefill-child", PREFILL_TITLE)
+        rows = memory_table(lengths, args.exact_max, threads, args.procs, "--prefill-child", PREFILL_TITLE)
         for t, row in rows.items():
-            if "last" in row["tiled"] and "last" in row["exact"]:
-                diff = float(np.abs(np.subtract(row["tiled"]["last"], row["exact"]["last"])).max())
-                check(f"prefill at T={t}, next-token logits |tiled - exact|", diff, 1e-4)
+            if "runs" in row["tiled"] and "runs" in row["exact"]:       # every process of each path
+                diff = max(float(np.abs(np.subtract(a["last"], b["last"])).max())
+                           for a in row["tiled"]["runs"] for b in row["exact"]["runs"])
+                check(f"prefill at T={t}, next-token logits |tiled - exact|, worst of "
+                      f"{args.procs} x {args.procs} process pairs", diff, 1e-4)
     else:
-        rows = memory_table(lengths, args.exact_max, threads)
+        rows = memory_table(lengths, args.exact_max, threads, args.procs)
         op_times(args.time_at, args.repeats)
         step_times(args.time_at, args.repeats)
         if args.png:
-            draw(rows, args.png)
+            draw(rows, args.png, args.procs, times=not args.png_memory_only)
     failed = [f"{p} at T={t}" for t, r in rows.items() for p in r if "error" in r[p]]
     if failed:
         print("FAILED: " + ", ".join(failed), file=sys.stderr)

@@ -12,8 +12,18 @@ backward for every parameter; no optimizer. After --warmup untimed steps of each
 alternately (npformer, torch, npformer, ...) for --steps steps each; medians and their ratio are
 reported. numpy's BLAS and torch run on --threads threads each (default: one per physical core).
 
-Parity (exit status 1 on a miss): npformer's weights are copied into torch, and the two
-eval-mode losses (dropout off, the same batch) must agree within 1e-4.
+Parity (exit status 1 on a miss, naming the worst parameter): npformer's weights are copied into
+torch (keys through npformer's own mapping, ``npformer.interop.torch._key_to_torch``, into torch's
+own module tree, strictly). With dropout off (eval mode) and the same batch, one step of each:
+- float32, the timed models: the losses agree within 1e-4, and every parameter's gradient within
+  1e-3 relative, ||npformer - torch|| / ||torch||. Not 1e-4: torch's own float32 gradients are
+  that far from exact here (1.1e-4 to 4.5e-4 from the float64 gradient in the FFNs' first layers,
+  where npformer's float32 ones are within 1.6e-5; measured, --threads 1);
+- float64, the same weights cast on both sides (float64 rounding is 1e-16, so only different work
+  can miss): the losses within 1e-6 (measured 1.6e-9), and every parameter's gradient within 1e-4
+  relative, max |npformer - torch| / max |torch| (measured 8e-9).
+Every torch parameter must get an npformer gradient. So the timed step is the same work on both
+sides, dropout aside.
 
 GFLOP/s counts the matrix products with weights only, 6 FLOPs per weight per position it touches
 (2 forward, 2 for the input gradient, 2 for the weight gradient): the encoder's weights at every
@@ -29,6 +39,7 @@ A full run takes about a minute (a step of each took about 2 s on the README's m
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 
 import numpy as np
@@ -44,7 +55,40 @@ from _common import (
     set_threads,
     sgemm_peak,
 )
+from npformer.interop.torch import _key_to_torch
 from npformer.models import Transformer, TransformerConfig
+
+
+def eval_step(model, ref, src, tgt_in, tgt_out) -> tuple[float, dict, float, dict]:
+    """One forward, loss and backward of each side in eval mode (dropout off), the same batch:
+    (npformer loss, its gradients, torch loss, torch's parameters by name, .grad set)."""
+    model.eval(), ref.eval()
+    np_loss, np_grads = model.loss(src, tgt_in, tgt_out)
+    for p in ref.parameters():
+        p.grad = None
+    t_loss = ref(*(torch.tensor(a) for a in (src, tgt_in, tgt_out)))
+    t_loss.backward()                      # with grad on: torch's inference fast path would differ in work
+    return np_loss, np_grads, t_loss.item(), dict(ref.named_parameters())
+
+
+def check_grads(label: str, np_grads: dict, t_params: dict, torch_key, tol: float, norm: bool) -> None:
+    """Every parameter's gradient on both sides, relative: ||npformer - torch|| / ||torch|| (Frobenius)
+    when ``norm``, else max |npformer - torch| / max |torch|. The worst parameter is named; exit 1
+    above ``tol``, or when a torch parameter gets no npformer gradient."""
+    missing = sorted(set(t_params) - {torch_key(k) for k in np_grads})
+    if missing:
+        check(f"{label}: torch parameters without an npformer gradient ({', '.join(missing[:3])} ...)",
+              len(missing), 0)
+    rel = {}
+    for k, g in np_grads.items():
+        g, tg = g.astype(np.float64), t_params[torch_key(k)].grad.numpy().astype(np.float64)
+        if norm:
+            rel[k] = float(np.linalg.norm(g - tg) / max(float(np.linalg.norm(tg)), 1e-300))
+        else:
+            rel[k] = float(np.abs(g - tg).max() / max(float(np.abs(tg).max()), 1e-300))
+    worst = max(rel, key=rel.get)
+    what = "||npformer - torch|| / ||torch||" if norm else "max |npformer - torch| / max |torch|"
+    check(f"{label}, {len(rel)} parameters, worst {what}: {worst}", rel[worst], tol)
 
 
 def main() -> None:
@@ -75,7 +119,7 @@ def main() -> None:
     class TorchSeq2Seq(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.embed = torch.nn.Embedding(V, cfg.d_model)
+            self.embed = torch.nn.ModuleDict({"tok": torch.nn.Embedding(V, cfg.d_model)})    # npformer's keys
             self.transformer = torch.nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_encoder_layers,
                                                     cfg.n_decoder_layers, cfg.d_ff, cfg.dropout,
                                                     batch_first=True)
@@ -85,36 +129,44 @@ def main() -> None:
         def forward(self, src, tgt, tgt_out):
             scale = math.sqrt(cfg.d_model)
             # the paper's dropout on the embedding sums (torch.nn.Transformer drops inside its layers only)
-            x = torch.nn.functional.dropout(self.embed(src) * scale + self.pe[: src.shape[1]], cfg.dropout,
+            x = torch.nn.functional.dropout(self.embed.tok(src) * scale + self.pe[: src.shape[1]], cfg.dropout,
                                             self.training)                 # (B, S, E)
-            y = torch.nn.functional.dropout(self.embed(tgt) * scale + self.pe[: tgt.shape[1]], cfg.dropout,
+            y = torch.nn.functional.dropout(self.embed.tok(tgt) * scale + self.pe[: tgt.shape[1]], cfg.dropout,
                                             self.training)                 # (B, T, E)
             t = tgt.shape[1]
             future = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
             h = self.transformer(x, y, tgt_mask=future, src_key_padding_mask=src == PAD,
                                  tgt_key_padding_mask=tgt == PAD, memory_key_padding_mask=src == PAD)
-            logits = h @ self.embed.weight.T                               # tied projection
+            logits = h @ self.embed.tok.weight.T                           # tied projection
             return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1),
                                                      ignore_index=PAD)
 
+    def torch_key(k: str) -> str:
+        """npformer's key -> this torch module's: its stacks sit under ``transformer.``"""
+        return k if k.startswith("embed.") else "transformer." + _key_to_torch(k)
+
     ref = TorchSeq2Seq()
-    state = {}
-    for k, v in model.state_dict().items():
-        if k == "embed.tok.weight":
-            state["embed.weight"] = torch.tensor(v)
-        else:
-            state["transformer." + k.replace(".ffn.linear", ".linear")] = torch.tensor(v)
-    ref.load_state_dict(state, strict=True)
+    ref.load_state_dict({torch_key(k): torch.tensor(v) for k, v in model.state_dict().items()}, strict=True)
     n_params = model.num_parameters()
     check("parameter count, torch - npformer", abs(sum(p.numel() for p in ref.parameters()) - n_params), 0)
 
-    # -- parity: the same weights and batch give the same loss (eval mode: no dropout) -------------
+    # -- parity: the same weights and batch give the same loss and gradients (eval mode: no dropout)
+    np_loss, np_grads, t_loss, t_params = eval_step(model, ref, src, tgt_in, tgt_out)
+    print(f"same weights and batch, eval mode, float32: loss npformer {np_loss:.8g}  torch {t_loss:.8g}")
+    check("float32 eval-mode loss, |npformer - torch|", abs(np_loss - t_loss), 1e-4)
+    check_grads("float32 gradients", np_grads, t_params, torch_key, 1e-3, norm=True)
+    del np_grads, t_params
+    # the same weights in float64, where rounding is 1e-16: only different work can miss 1e-4
+    model64 = Transformer(cfg, rng=0, dtype=np.float64)
+    model64.load_state_dict({k: v.astype(np.float64) for k, v in model.state_dict().items()})
+    ref64 = copy.deepcopy(ref).double()
+    np_loss, np_grads, t_loss, t_params = eval_step(model64, ref64, src, tgt_in, tgt_out)
+    check("float64 eval-mode loss, |npformer - torch|", abs(np_loss - t_loss), 1e-6)
+    check_grads("float64 gradients", np_grads, t_params, torch_key, 1e-4, norm=False)
+    del model64, ref64, np_grads, t_params
+    for p in ref.parameters():
+        p.grad = None
     ts, tt, to = (torch.tensor(a) for a in (src, tgt_in, tgt_out))
-    model.eval(), ref.eval()
-    np_loss = model.loss(src, tgt_in, tgt_out)[0]
-    t_loss = ref(ts, tt, to).item()        # with grad on: torch's inference fast path would differ in work
-    print(f"same weights and batch, eval-mode loss: npformer {np_loss:.8g}  torch {t_loss:.8g}")
-    check("eval-mode loss, |npformer - torch|", abs(np_loss - t_loss), 1e-4)
     model.train(), ref.train()
 
     # -- timing: training mode (dropout on), forward + loss + backward -----------------------------
