@@ -31,8 +31,8 @@ alone (forward and backward, causal, 4 heads of 32) is timed the same way; there
 --prefill: the same model in eval mode, a KV cache's first step over a T-token prompt
 (``decode.make_stepper(model).step``), then one more token; fresh processes as above. "tiled" is
 what the cache picks for a long prompt, "exact" builds the (1, 1, T, T) mask and (1, 4, T, T)
-scores; the path is forced by ``npformer.decode.kvcache.TILED_MIN_SCORES``. Both paths' last
-logits must agree within 1e-4 at the lengths where both run, every tiled process against every
+scores; the path is forced by ``npformer.nn.attention.TILED_MIN_SCORES`` too (the cache reads it
+there). Both paths' last logits must agree within 1e-4 at the lengths where both run, every tiled process against every
 exact one (exit status 1 otherwise).
 """
 from __future__ import annotations
@@ -86,10 +86,9 @@ def child(t: int, path: str) -> None:
 def prefill_child(t: int, path: str) -> None:
     """In a fresh process: a KV cache's first step on T tokens and one step after it; prints
     {"peak_mb", "seconds", "last"} (the second step's logits) as JSON."""
-    import npformer.decode.kvcache as kvcache
     from npformer.decode import make_stepper
 
-    kvcache.TILED_MIN_SCORES = PATHS[path]
+    use_path(path)                                                        # the KV cache asks nn.attention
     model = make_model(t + 1, dropout=0.1).eval()
     ids = np.random.default_rng(1).integers(0, 256, size=(1, t + 1))     # (1, T + 1)
     t0 = time.perf_counter()
