@@ -538,6 +538,7 @@ def test_ctrl_c_saves_the_step_in_progress_once(tmp_path, capsys):
                                 "npformer train: interrupted"], err
     saved = [line for line in out.splitlines() if line.startswith("interrupted: saved step")]
     assert len(saved) == 1 and out.count("stopping after this step") == 1, out
+    assert "Ctrl-C again" not in out, out               # the launcher answers the second, not rank 0's loop
     k = int(saved[0].split()[3])
     assert load_run(run).step == k and (read_log(run)["step"] == np.arange(1, k + 1)).all()
     assert not any(Path(f"/proc/{p}").exists() for p in workers.values())               # no worker left behind

@@ -101,6 +101,7 @@ def _work(plan: dict, device: str, rank: int, early: _EarlyInterrupt | None = No
     if rank:
         trainer.follow()
         return 0
+    trainer.second_interrupt_aborts = False       # the launcher forwards one SIGINT and answers the rest
     if early is not None:
         trainer.interrupted = early.take
     return _lead(trainer, plan)

@@ -119,6 +119,9 @@ class Trainer:
     ``Trainer.start`` (a new run) or ``Trainer.resume``; then ``run()``. The directory's lock is
     held from ``start``/``resume`` until ``run()`` returns or raises (or ``close()``)."""
 
+    # a second Ctrl-C aborts without saving; a launched torch worker turns it off (its launcher answers it)
+    second_interrupt_aborts = True
+
     def __init__(self, out_dir: Path, task, model, config: dict, train: TrainConfig) -> None:
         self.out, self.task, self.model, self.config, self.cfg = Path(out_dir), task, model, config, train
         params = model.state_dict()
@@ -350,7 +353,7 @@ class Trainer:
         """Steps until the budget ends, with the periodic evaluations and checkpoints. Returns why
         it stopped: "steps", "minutes" or "interrupted" (a first Ctrl-C; the step finished)."""
         cfg = self.cfg
-        with _StopFlag() as stop_requested:
+        with _StopFlag(self.second_interrupt_aborts) as stop_requested:
             while cfg.steps is None or self.step < cfg.steps:
                 if time.monotonic() >= deadline:
                     return "minutes"
@@ -446,20 +449,25 @@ def _blas_threads(n: int | None):
 
 
 class _StopFlag:
-    """Ctrl-C during training: the first finishes the step and saves, the second aborts at once."""
+    """Ctrl-C during training: the first finishes the step and saves; the second aborts at once when
+    ``again_aborts``, and is ignored otherwise (a launched worker: its launcher answers the second)."""
 
-    def __init__(self) -> None:
+    def __init__(self, again_aborts: bool = True) -> None:
         self._set = False
         self._old = None
+        self.again_aborts = again_aborts
 
     def is_set(self) -> bool:
         return self._set
 
     def _handler(self, signum, frame) -> None:
         if self._set:
-            raise KeyboardInterrupt
+            if self.again_aborts:
+                raise KeyboardInterrupt
+            return
         self._set = True
-        print("\nstopping after this step and saving (Ctrl-C again to abort without saving)", flush=True)
+        again = " (Ctrl-C again to abort without saving)" if self.again_aborts else ""
+        print(f"\nstopping after this step and saving{again}", flush=True)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
