@@ -3,7 +3,7 @@
     npformer explore runs/dates "29 November 2026" --out dates.html   # a trained run: dates, text, copy
     npformer explore minilm "a sentence" ["a second sentence"]       # all-MiniLM-L6-v2, word pieces
     npformer explore runs/digits 17                                  # a test image, by index
-    npformer explore runs/tabletop --seed 2 --instruction "put the red block in the box"
+    npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
 
 Without --out the file is RUN_DIR/explore.html (./explore.html for minilm); the command prints its
