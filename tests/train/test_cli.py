@@ -2,27 +2,10 @@
 import json
 
 import pytest
+from train_helpers import TINY_SETS, cli, one_line_error
 
 from npformer.cli import main
 from oracles import require
-
-TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
-             "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
-             "--set", "eval_n=20", "--set", "final_eval_n=40"]
-
-
-def cli(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(err, *fragments):
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for f in fragments:
-        assert f in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,9 @@ import sys
 
 import numpy as np
 import pytest
-from train_helpers import TINY_MODEL, TINY_SETS, tiny_config, tiny_task
+from train_helpers import TINY_MODEL, TINY_SETS, cli, one_line_error, tiny_config, tiny_task
 
 from npformer import files
-from npformer.cli import main
 from npformer.files import WriteError, atomic_write_bytes
 from npformer.train.checkpoint import CONFIG, LOCK, METRICS, MODEL, OPTIMIZER, STATE
 from npformer.train.probe import PROBE
@@ -22,19 +21,6 @@ from npformer.train.trainer import BIT_GENERATORS, Trainer
 
 PRECIOUS = b"someone else's file\n"
 
-
-def cli(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def one_line_error(err, *fragments):
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for f in fragments:
-        assert f in lines[0], lines[0]
 
 
 def train(capsys, out, *extra):

@@ -4,6 +4,7 @@ Tiny runs: a copy task and model small enough that a step takes
 milliseconds, with dropout on so that resuming must restore the dropout generator too."""
 import numpy as np
 
+from npformer.cli import main
 from npformer.data.copy import CopyTask
 from npformer.train.trainer import TrainConfig
 
@@ -41,3 +42,19 @@ def assert_same_weights(a: dict, b: dict):
 TINY_SETS = ["--set", "d_model=16", "--set", "n_heads=2", "--set", "d_ff=32", "--set", "n_encoder_layers=1",
              "--set", "n_decoder_layers=1", "--set", "data.max_len=4", "--set", "n_symbols=4",
              "--set", "eval_n=20", "--set", "final_eval_n=40"]
+
+
+def cli(capsys, *argv):
+    """npformer's command line in-process: (exit code, stdout, stderr)."""
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_error(err, *fragments):
+    """stderr is one line, no traceback, holding every fragment."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for f in fragments:
+        assert f in lines[0], lines[0]
