@@ -32,9 +32,9 @@ print JSON.
 
 The budget: a ``npformer train`` example runs as written plus ``--steps 1`` (``--steps 2`` with
 --resume; argparse keeps the last --steps) and ``--set eval_n=8 --set final_eval_n=8``; a ``npformer
-study`` gets ``--steps 1 --seeds 1`` and the same evaluation. A ``npformer train`` without --resume shows
-a run being started, so it starts on an empty --out (a block may list alternatives, such as --engine
-torch and --engine torch --nproc 2, one under the other). The run directories other examples read are
+study`` gets ``--steps 1 --seeds 1`` and the same evaluation. A block's commands run in order, as a
+reader would type them: one that trains into a run directory the block already made gets npformer's own
+answer (a refusal, unless it says --resume or --force). The run directories other examples read are
 trained by the first command of the docs that trains each (``npformer train dates`` makes runs/dates);
 a training command is run once per module with the same arguments and its run copied where it runs
 again. ``npformer explore ... --serve`` runs on an ephemeral port (``--port 0`` appended): the test
@@ -106,10 +106,11 @@ class Runs:
         shutil.copytree(self.made[argv][0], where / run)
 
     def train(self, argv: tuple) -> tuple:
-        """Run a training command in the current directory, which starts its run afresh; or copy the run
-        it made before and give its exit code and output again."""
+        """Run a training command in the current directory; or, when it starts a new run that it made
+        before, copy that run and give its exit code and output again."""
         run = Path(trains(argv))
-        shutil.rmtree(run, ignore_errors=True)
+        if run.exists():                       # the block made it already: npformer answers, as for a reader
+            return invoke(argv)
         if argv in self.made:
             shutil.copytree(self.made[argv][0], run)
             return self.made[argv][1:]
