@@ -930,15 +930,16 @@
 
     // the row in three numbers, against the model's
     const now = rowSummary(row), was = rowSummary(model);
-    const said = (r) => "largest weight " + fmt(r.max) + ", entropy " + fmt(r.entropy) + " nats" +
+    const said = (r) => "largest weight " + fmt(r.max) + " (key " + r.top + " \u201c" +
+      shortToken(g.key_tokens[r.top], 24) + "\u201d), entropy " + fmt(r.entropy) + " nats" +
       (r.n > 1 ? " (" + (100 * r.share).toFixed(1) + "% of log " + r.n + ")" : "");
     const line = now.n === 0
       ? "No key may be read: every weight is 0 and the output is 0, never NaN (npformer's convention)."
-      : "This row: " + said(now) + " on key " + now.top + " \u201c" + shortToken(g.key_tokens[now.top], 24) + "\u201d; " +
-        "the scores' standard deviation " + fmt(now.std) + ". Entropy is in nats; log n, for the n = " + now.n +
+      : "This row: " + said(now) + ", the scores' standard deviation " + fmt(now.std) +
+        ". Entropy is in nats; log n, for the n = " + now.n +
         " keys this query may read, is its largest value (weights all equal) and 0 its smallest (one key takes all).";
     const stats = el("p", { id: "step-row-stats", class: "hint", "aria-live": "polite", text: line +
-      (S.edit.alpha !== 1 || edited || scale !== g.scale ? " The model's row: " + said(was) + "." : "") });
+      (was.n && (S.edit.alpha !== 1 || edited || scale !== g.scale) ? " The model's row: " + said(was) + "." : "") });
     stats.dataset.maxWeight = String(now.max);
     stats.dataset.entropy = String(now.entropy);
     stats.dataset.entropyShare = String(now.share);
@@ -967,10 +968,11 @@
     ctx.fillStyle = "#5f6b76";
     ctx.font = "11px system-ui, sans-serif";
     ctx.fillText(fmt(wmax), 0, 12);
-    ctx.fillText("softmax weights over the " + Tk + " keys" +
-                 (row.weights.some((w, j) => w !== model.weights[j]) ? " (outlines: the model's)" : ""), 30, 126);
+    ctx.fillText("softmax weights over the " + Tk + " keys", 30, 126);
     S.canvas = c;
-    step(3, "softmax weights", "w = softmax(score)", [c]);
+    const outlined = row.weights.some((w, j) => w !== model.weights[j]);
+    step(3, "softmax weights", "w = softmax(score)",
+         outlined ? [c, el("p", { class: "hint", text: "Outlined: the model's weights." })] : [c]);
     step(4, "the weighted sum of the v's", "o = \u03a3_j w_j v_j", [vector("step-out", Array.from(row.out), model.out, "o")]);
     step(5, "the head's slice of the output", "columns " + h * Dv + " to " + ((h + 1) * Dv - 1) +
          " of the " + H + " heads' concatenated output, before out_proj", [
