@@ -800,6 +800,8 @@
     slider.value = Math.log2(S.edit.alpha);
     const alphaOut = el("output", { id: "step-alpha-value", for: "step-alpha" });
     const reset = el("button", { type: "button", id: "step-reset", text: "Back to the model's numbers" });
+    // the row's largest weight and entropy: next to the controls, and read out when they change
+    const stats = el("p", { id: "step-row-stats", role: "status" });
     function showAlpha() {
       alphaOut.textContent = "\u03b1 = " + S.edit.alpha.toFixed(2);
       alphaOut.dataset.value = String(S.edit.alpha);
@@ -820,7 +822,8 @@
         "model's are marked \u25b2 (higher) or \u25bc (lower); hover one for the model's value." }),
       el("div", { class: "edit-controls" }, [
         el("label", null, ["Scale ", scaleSel]), " ",
-        el("label", null, ["Multiply q by \u03b1: 0.25 ", slider, " 8 "]), alphaOut, " ", reset])]));
+        el("label", null, ["Multiply q by \u03b1: 0.25 ", slider, " 8 "]), alphaOut, " ", reset]),
+      stats]));
     const body = el("div", { id: "step-body" });
     section.appendChild(body);
     let numbers = null;
@@ -828,7 +831,7 @@
     // Redraw the steps; `focusKey` gives the focus back to that key's mask cell (a keyboard toggle).
     function fill(focusKey) {
       body.textContent = "";
-      numbers = stepBody(body, g, l, h, i, choices, fill);
+      numbers = stepBody(body, stats, g, l, h, i, choices, fill);
       if (focusKey !== undefined) {
         const b = body.querySelector("button.mask-toggle[data-key='" + focusKey + "']");
         if (b) b.focus();
@@ -838,8 +841,9 @@
     return () => numbers();
   }
 
-  // Steps 1 to 5 of the step view, with the learner's edits; returns the view's numbers (a function).
-  function stepBody(body, g, l, h, i, choices, fill) {
+  // Steps 1 to 5 of the step view, with the learner's edits, and the row's line in `stats`; returns
+  // the view's numbers (a function).
+  function stepBody(body, stats, g, l, h, i, choices, fill) {
     const H = g.n_heads, D = g.head_dim;
     const model = attentionRow(g, l, h, i, true);
     const Tk = model.Tk;
@@ -938,13 +942,12 @@
       : "This row: " + said(now) + ", the scores' standard deviation " + fmt(now.std) +
         ". Entropy is in nats; log n, for the n = " + now.n +
         " keys this query may read, is its largest value (weights all equal) and 0 its smallest (one key takes all).";
-    const stats = el("p", { id: "step-row-stats", class: "hint", "aria-live": "polite", text: line +
-      (was.n && (S.edit.alpha !== 1 || edited || scale !== g.scale) ? " The model's row: " + said(was) + "." : "") });
+    stats.textContent = line +
+      (was.n && (S.edit.alpha !== 1 || edited || scale !== g.scale) ? " The model's row: " + said(was) + "." : "");
     stats.dataset.maxWeight = String(now.max);
     stats.dataset.entropy = String(now.entropy);
     stats.dataset.entropyShare = String(now.share);
     stats.dataset.scoreStd = String(now.std);
-    body.appendChild(stats);
 
     // the weights as bars (the model's as outlines where they differ), the canvas this view exports
     const bw = Math.max(2, Math.min(24, Math.floor(900 / Tk)));
