@@ -116,14 +116,20 @@
   //   out      = sum_j w_j v_j                         this head's slice of the concatenated output
 
   // Everything the step view shows for one query row; the other views use `weights` only.
-  function attentionRow(g, l, h, i, withValues) {
+  // `edit` (optional, the step view's "try it" controls): {alpha, scale, allowed}: q multiplied by
+  // alpha, the scores by `scale` instead of the model's, and `allowed` (Tk 0/1 flags) instead of the
+  // model's mask row. Without it (or with alpha 1, the model's scale and mask) the numbers are the model's.
+  function attentionRow(g, l, h, i, withValues, edit) {
     const q = arr(g, "q"), k = arr(g, "k");
     const [, H, Tq, D] = q.shape;
     const Tk = k.shape[2];
     const mask = arr(g, "mask"), bias = arr(g, "bias");
     const qOff = ((l * H + h) * Tq + i) * D;
     const kBase = (l * H + h) * Tk * D;
-    const qi = q.data.subarray(qOff, qOff + D);
+    const alpha = edit ? edit.alpha : 1, scale = edit ? edit.scale : g.scale;
+    const given = edit && edit.allowed ? edit.allowed : null;
+    const q32 = q.data.subarray(qOff, qOff + D);
+    const qi = alpha === 1 ? q32 : Float64Array.from(q32, (x) => alpha * x);      // (D,)
     const dot = new Float64Array(Tk), scaled = new Float64Array(Tk), score = new Float64Array(Tk);
     const allowed = new Uint8Array(Tk);
     let max = -Infinity;
@@ -132,9 +138,9 @@
       const kOff = kBase + j * D;
       for (let d = 0; d < D; d++) s += qi[d] * k.data[kOff + d];
       dot[j] = s;
-      scaled[j] = s * g.scale;
+      scaled[j] = s * scale;
       let x = scaled[j] + (bias ? bias.data[i * Tk + j] : 0);
-      allowed[j] = mask ? mask.data[i * Tk + j] : 1;
+      allowed[j] = given ? given[j] : mask ? mask.data[i * Tk + j] : 1;
       if (!allowed[j]) x = -Infinity;
       score[j] = x;
       if (x > max) max = x;
@@ -215,6 +221,8 @@
   const S = {
     payload: null, input: 0, group: 0, layer: 0, heads: new Set([0]), focusHead: 0, query: 0,
     threshold: 0.02, view: "head", selected: new Set(), hover: null, target: 0, rolloutLayer: -1,
+    // the step view's edits: a scale choice, q's factor alpha, and mask rows keyed "input,group,query"
+    edit: { scale: "model", alpha: 1, masks: {} },
     imageSource: "attention", stretch: false, trainStep: 0, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
   };
 
@@ -721,13 +729,55 @@
   }
 
   // 4.3 Step view: the lesson's computation for one head and one query token, with the numbers.
+  // The learner can change it (the lesson's section 2 by hand): the scale, a factor alpha on q, and
+  // the mask row; every number is then recomputed, and each that differs from the model's is marked.
+  const LESSON_SECTION_2 = "Why divide by the square root of d?";     // npformer.lesson.SECTIONS[2]
+  const ALPHA_LOG2 = { min: -2, max: 3, step: 0.25 };                 // alpha = 2^v, from 0.25 to 8
+
+  // The scales the learner can choose: [value, scale, label]; the model's own comes first (the default).
+  function scaleChoices(g, D) {
+    const own = Math.abs(g.scale - 1 / Math.sqrt(D)) < 1e-9;
+    const out = [["model", g.scale, (own ? "1/\u221a" + D + " = " : "") + g.scale.toPrecision(4) + " (the model's)"]];
+    if (!own) out.push(["sqrt", 1 / Math.sqrt(D), "1/\u221a" + D + " = " + (1 / Math.sqrt(D)).toPrecision(4)]);
+    out.push(["one", 1, "1 (no scaling)"], ["inv-d", 1 / D, "1/" + D + " = " + (1 / D).toPrecision(4)]);
+    return out;
+  }
+
+  // This query row's mask as the learner left it (null: untouched, the model's).
+  function maskKey(i) { return S.input + "," + S.group + "," + i; }
+
+  // Mark `cell` when `now` differs from the model's `was`: a class, an arrow (up or down) and a title;
+  // the arrow is a <sup>, so that "#step-q span" still finds the numbers only.
+  function markChange(cell, now, was) {
+    if (now === was || (Number.isNaN(now) && Number.isNaN(was))) return;
+    cell.classList.add("changed");
+    cell.title = "the model's: " + fmt(was);
+    cell.appendChild(el("sup", { class: "mark", "aria-hidden": "true", text: now > was ? "\u25b2" : now < was ? "\u25bc" : "\u2022" }));
+  }
+
+  // Largest weight, entropy (nats) and its share of log(n) for the n keys the row may read, and the
+  // standard deviation of those keys' scores.
+  function rowSummary(row) {
+    let n = 0, top = -1, H = 0, mean = 0;
+    for (let j = 0; j < row.Tk; j++) {
+      if (!row.allowed[j]) continue;
+      n += 1;
+      mean += row.score[j];
+      if (top < 0 || row.weights[j] > row.weights[top]) top = j;
+      const w = row.weights[j];
+      if (w > 0) H -= w * Math.log(w);
+    }
+    mean = n ? mean / n : 0;
+    let v = 0;
+    for (let j = 0; j < row.Tk; j++) if (row.allowed[j]) v += (row.score[j] - mean) * (row.score[j] - mean);
+    return { n: n, top: top, max: top < 0 ? 0 : row.weights[top], entropy: H,
+             share: n > 1 ? H / Math.log(n) : 0, std: n ? Math.sqrt(v / n) : 0 };
+  }
+
   function stepView(section) {
     const g = group();
     const H = g.n_heads, D = g.head_dim;
     const h = S.focusHead, i = S.query, l = S.layer;
-    const row = attentionRow(g, l, h, i, true);
-    const bias = arr(g, "bias"), mask = arr(g, "mask");
-    const Tk = row.Tk;
     // its own head picker: the step view follows one head
     const pick = el("select", { id: "step-head" });
     for (let n = 0; n < H; n++) option(pick, n, "head " + n);
@@ -738,30 +788,97 @@
       ". Every number is recomputed here in float64 from the model's stored float32 q, k and v, " +
       "as npformer's attention_forward computes it."]));
 
-    function vector(id, values, label) {
+    // The edits' controls are made once per view (re-making the slider would drop a drag in progress);
+    // the steps below them are redrawn on each edit.
+    const choices = scaleChoices(g, D);
+    if (!choices.some((c) => c[0] === S.edit.scale)) S.edit.scale = "model";
+    const scaleSel = el("select", { id: "step-scale" });
+    for (const [value, , label] of choices) option(scaleSel, value, label);
+    scaleSel.value = S.edit.scale;
+    const slider = el("input", { type: "range", id: "step-alpha", min: ALPHA_LOG2.min, max: ALPHA_LOG2.max,
+                                 step: ALPHA_LOG2.step });
+    slider.value = Math.log2(S.edit.alpha);
+    const alphaOut = el("output", { id: "step-alpha-value", for: "step-alpha" });
+    const reset = el("button", { type: "button", id: "step-reset", text: "Back to the model's numbers" });
+    // the row's largest weight and entropy: next to the controls, and read out when they change
+    const stats = el("p", { id: "step-row-stats", role: "status" });
+    function showAlpha() {
+      alphaOut.textContent = "\u03b1 = " + S.edit.alpha.toFixed(2);
+      alphaOut.dataset.value = String(S.edit.alpha);
+      slider.setAttribute("aria-valuetext", "alpha " + S.edit.alpha.toFixed(2));
+    }
+    showAlpha();
+    scaleSel.addEventListener("change", () => { S.edit.scale = scaleSel.value; fill(); });
+    slider.addEventListener("input", () => { S.edit.alpha = Math.pow(2, +slider.value); showAlpha(); fill(); });
+    reset.addEventListener("click", () => {
+      S.edit.scale = "model"; S.edit.alpha = 1; delete S.edit.masks[maskKey(i)];
+      scaleSel.value = "model"; slider.value = 0; showAlpha(); fill();
+    });
+    section.appendChild(el("div", { class: "panel", id: "step-edit" }, [
+      el("p", { class: "hint", text: "Try the lesson's section 2, \u201c" + LESSON_SECTION_2 + "\u201d, on these numbers. " +
+        "Without the scale, q\u00b7k grows like \u221ad (d = " + D + " here): the scores spread out and the softmax " +
+        "collapses onto one key. Multiplying q by \u03b1 spreads the scores the same way. Click a mask cell (or Tab " +
+        "to it and press Enter or Space) to let this query read that key or not. Numbers that now differ from the " +
+        "model's are marked \u25b2 (higher) or \u25bc (lower); hover one for the model's value." }),
+      el("div", { class: "edit-controls" }, [
+        el("label", null, ["Scale ", scaleSel]), " ",
+        el("label", null, ["Multiply q by \u03b1: 0.25 ", slider, " 8 "]), alphaOut, " ", reset]),
+      stats]));
+    const body = el("div", { id: "step-body" });
+    section.appendChild(body);
+    let numbers = null;
+
+    // Redraw the steps; `focusKey` gives the focus back to that key's mask cell (a keyboard toggle).
+    function fill(focusKey) {
+      body.textContent = "";
+      numbers = stepBody(body, stats, g, l, h, i, choices, fill);
+      if (focusKey !== undefined) {
+        const b = body.querySelector("button.mask-toggle[data-key='" + focusKey + "']");
+        if (b) b.focus();
+      }
+    }
+    fill();
+    return () => numbers();
+  }
+
+  // Steps 1 to 5 of the step view, with the learner's edits, and the row's line in `stats`; returns
+  // the view's numbers (a function).
+  function stepBody(body, stats, g, l, h, i, choices, fill) {
+    const H = g.n_heads, D = g.head_dim;
+    const model = attentionRow(g, l, h, i, true);
+    const Tk = model.Tk;
+    const scale = choices.find((c) => c[0] === S.edit.scale)[1];
+    const edited = S.edit.masks[maskKey(i)] || null;
+    const row = attentionRow(g, l, h, i, true, { alpha: S.edit.alpha, scale: scale, allowed: edited });
+    const bias = arr(g, "bias"), mask = arr(g, "mask");
+
+    function vector(id, values, was, label) {
       const div = el("div", { class: "vector", id: id });
       values.forEach((x, d) => {
         const s = numCell("span", x);
         s.title = label + "[" + d + "]";
+        markChange(s, x, was[d]);
         div.appendChild(s);
         div.appendChild(document.createTextNode(d + 1 < values.length ? ", " : ""));
       });
       return div;
     }
-    function step(n, title, formula, body) {
+    function step(n, title, formula, parts) {
       const s = el("div", { class: "step", id: "step-" + n }, [
         el("h2", null, [n + ". " + title, el("span", { class: "formula", text: formula })])]);
-      for (const b of body) s.appendChild(b);
-      section.appendChild(s);
+      for (const b of parts) s.appendChild(b);
+      body.appendChild(s);
     }
-    step(1, "q, the query vector of token " + i, "q = x W_q (this head's " + D + " columns)", [vector("step-q", Array.from(row.q), "q")]);
+    step(1, "q, the query vector of token " + i, "q = x W_q (this head's " + D + " columns)" +
+         (S.edit.alpha !== 1 ? ", \u00d7 \u03b1 = " + S.edit.alpha.toFixed(2) : ""),
+         [vector("step-q", Array.from(row.q), model.q, "q")]);
 
     // one table for every key: k_j, q.k_j, times the scale, + bias, the mask, the softmax weight
     const k = arr(g, "k"), v = arr(g, "v");
     const kBase = (l * H + h) * Tk * D;
     const Dv = row.Dv, vBase = (l * H + h) * Tk * Dv;
     const table = el("table", { class: "num", id: "step-table" });
-    const head = ["j", "key", "k_j", "q\u00b7k_j", "\u00d7 " + fmt(g.scale)];
+    const head = ["j", "key", "k_j", "q\u00b7k_j", "\u00d7 " + fmt(scale)];
     if (bias) head.push("+ bias");
     head.push("mask", "score", "softmax w_j", "v_j");
     table.appendChild(el("tr", null, head.map((t) => el("th", { text: t, class: t === "key" ? "tok" : "" }))));
@@ -772,12 +889,29 @@
       const tr = el("tr", { "data-key": j, class: row.allowed[j] ? "" : "masked" }, [
         el("td", { text: String(j) }), el("td", { class: "tok", text: shortToken(g.key_tokens[j], 24) })]);
       tr.appendChild(el("td", { class: "vec k", text: preview(kj) }));
-      tr.appendChild(numCell("td", row.dot[j], "dot"));
-      tr.appendChild(numCell("td", row.scaled[j], "scaled"));
+      const cells = [["dot", row.dot[j], model.dot[j]], ["scaled", row.scaled[j], model.scaled[j]]];
+      for (const [cls, x, was] of cells) { const c = numCell("td", x, cls); markChange(c, x, was); tr.appendChild(c); }
       if (bias) tr.appendChild(numCell("td", bias.data[i * Tk + j], "bias"));
-      tr.appendChild(el("td", { class: "mask", text: row.allowed[j] ? "1" : "0 \u2192 -inf", "data-value": String(row.allowed[j]) }));
-      tr.appendChild(numCell("td", row.score[j], "score"));
-      tr.appendChild(numCell("td", row.weights[j], "weight"));
+      // the mask cell: a toggle button; pressed means this query may read key j
+      const toggle = el("button", { type: "button", class: "mask-toggle", "data-key": j,
+                                    "aria-pressed": row.allowed[j] ? "true" : "false",
+                                    "aria-label": "query " + i + " may read key " + j + " \u201c" + g.key_tokens[j] + "\u201d",
+                                    text: row.allowed[j] ? "1" : "0 \u2192 -inf" });
+      toggle.addEventListener("click", () => {
+        const flags = Uint8Array.from(row.allowed);
+        flags[j] = flags[j] ? 0 : 1;
+        const same = flags.every((f, n) => f === model.allowed[n]);
+        if (same) delete S.edit.masks[maskKey(i)]; else S.edit.masks[maskKey(i)] = flags;
+        fill(j);
+      });
+      const mc = el("td", { class: "mask", "data-value": String(row.allowed[j]) }, [toggle]);
+      markChange(mc, row.allowed[j], model.allowed[j]);
+      tr.appendChild(mc);
+      for (const [cls, x, was] of [["score", row.score[j], model.score[j]], ["weight", row.weights[j], model.weights[j]]]) {
+        const c = numCell("td", x, cls);
+        markChange(c, x, was);
+        tr.appendChild(c);
+      }
       tr.appendChild(el("td", { class: "vec v", text: preview(vj) }));
       table.appendChild(tr);
       sum += row.weights[j];
@@ -790,45 +924,73 @@
     total.appendChild(el("td", { text: "" }));
     table.appendChild(total);
     const nMasked = row.allowed.reduce((a, b) => a + (b ? 0 : 1), 0);
-    step(2, "every k, and the scores", "q\u00b7k_j, then \u00d7 scale = " + g.scale.toPrecision(6) +
-         (Math.abs(g.scale - 1 / Math.sqrt(D)) < 1e-9 ? " = 1/\u221a" + D : "") + (bias ? ", + bias" : ""), [
-      el("p", { class: "hint", text: "The mask " + (mask ? "forbids " + nMasked + " of " + Tk + " keys for this query; " +
+    step(2, "every k, and the scores", "q\u00b7k_j, then \u00d7 scale = " + scale.toPrecision(6) +
+         (Math.abs(scale - 1 / Math.sqrt(D)) < 1e-9 ? " = 1/\u221a" + D : "") + (bias ? ", + bias" : ""), [
+      el("p", { class: "hint", text: "The mask " + (mask || edited ? "forbids " + nMasked + " of " + Tk + " keys for this query; " +
         "their score becomes -inf and their weight 0." : "is empty: every key may be read.") +
-        " Softmax: w_j = exp(score_j - max) / \u03a3 exp(score - max); the weights sum to 1 (last row)." }),
+        " Softmax: w_j = exp(score_j - max) / \u03a3 exp(score - max); the weights sum to 1 (last row)" +
+        (nMasked === Tk ? ", or to 0 when no key may be read." : ".") }),
       el("div", { class: "scroll" }, [table])]);
 
-    // the weights as bars, the canvas this view exports
+    // the row in three numbers, against the model's
+    const now = rowSummary(row), was = rowSummary(model);
+    const said = (r) => "largest weight " + fmt(r.max) + " (key " + r.top + " \u201c" +
+      shortToken(g.key_tokens[r.top], 24) + "\u201d), entropy " + fmt(r.entropy) + " nats" +
+      (r.n > 1 ? " (" + (100 * r.share).toFixed(1) + "% of log " + r.n + ")" : "");
+    const line = now.n === 0
+      ? "No key may be read: every weight is 0 and the output is 0, never NaN (npformer's convention)."
+      : "This row: " + said(now) + ", the scores' standard deviation " + fmt(now.std) +
+        ". Entropy is in nats; log n, for the n = " + now.n +
+        " keys this query may read, is its largest value (weights all equal) and 0 its smallest (one key takes all).";
+    stats.textContent = line +
+      (was.n && (S.edit.alpha !== 1 || edited || scale !== g.scale) ? " The model's row: " + said(was) + "." : "");
+    stats.dataset.maxWeight = String(now.max);
+    stats.dataset.entropy = String(now.entropy);
+    stats.dataset.entropyShare = String(now.share);
+    stats.dataset.scoreStd = String(now.std);
+
+    // the weights as bars (the model's as outlines where they differ), the canvas this view exports
     const bw = Math.max(2, Math.min(24, Math.floor(900 / Tk)));
     const c = makeCanvas(Tk * bw + 40, 130);
     c.id = "step-canvas";
     const ctx = c._ctx;
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, Tk * bw + 40, 130);
-    const wmax = Math.max(maxOf(row.weights), 1e-12);
+    const wmax = Math.max(maxOf(row.weights), maxOf(model.weights), 1e-12);
     for (let j = 0; j < Tk; j++) {
       ctx.fillStyle = row.allowed[j] ? headColour(h) : "#ccc";
       const hh = 100 * row.weights[j] / wmax;
       ctx.fillRect(30 + j * bw, 110 - hh, bw - 1, hh);
+      if (model.weights[j] !== row.weights[j]) {
+        ctx.strokeStyle = "#1d232a";
+        ctx.lineWidth = 1;
+        const mh = 100 * model.weights[j] / wmax;
+        ctx.strokeRect(30 + j * bw + 0.5, 110 - mh + 0.5, bw - 2, mh);
+      }
     }
     ctx.fillStyle = "#5f6b76";
     ctx.font = "11px system-ui, sans-serif";
     ctx.fillText(fmt(wmax), 0, 12);
     ctx.fillText("softmax weights over the " + Tk + " keys", 30, 126);
     S.canvas = c;
-    step(3, "softmax weights", "w = softmax(score)", [c]);
-    step(4, "the weighted sum of the v's", "o = \u03a3_j w_j v_j", [vector("step-out", Array.from(row.out), "o")]);
+    const outlined = row.weights.some((w, j) => w !== model.weights[j]);
+    step(3, "softmax weights", "w = softmax(score)",
+         outlined ? [c, el("p", { class: "hint", text: "Outlined: the model's weights." })] : [c]);
+    step(4, "the weighted sum of the v's", "o = \u03a3_j w_j v_j", [vector("step-out", Array.from(row.out), model.out, "o")]);
     step(5, "the head's slice of the output", "columns " + h * Dv + " to " + ((h + 1) * Dv - 1) +
          " of the " + H + " heads' concatenated output, before out_proj", [
       el("p", { class: "hint", text: "The heads' outputs are concatenated side by side (" + H + " \u00d7 " + Dv + " = " + H * Dv +
         " numbers) and then mixed by out_proj; head " + h + " owns this slice:" }),
-      vector("step-slice", Array.from(row.out), "out[" + h * Dv + "+d]")]);
+      vector("step-slice", Array.from(row.out), model.out, "out[" + h * Dv + "+d]")]);
     return () => ({ view: "step", group: g.name, layer: l, head: h, query: i, query_token: g.query_tokens[i],
-                    scale: g.scale, key_tokens: g.key_tokens, q: Array.from(row.q),
+                    scale: scale, model_scale: g.scale, alpha: S.edit.alpha, mask_edited: !!edited,
+                    key_tokens: g.key_tokens, q: Array.from(row.q),
                     k: rowsOf(k.data.subarray(kBase, kBase + Tk * D), Tk, D),
                     v: rowsOf(v.data.subarray(vBase, vBase + Tk * Dv), Tk, Dv),
                     dot: Array.from(row.dot), scaled: Array.from(row.scaled), mask: Array.from(row.allowed),
                     score: Array.from(row.score, (x) => (isFinite(x) ? x : null)), weights: Array.from(row.weights),
-                    sum: sum, out: Array.from(row.out), slice: [h * Dv, (h + 1) * Dv] });
+                    model_weights: Array.from(model.weights), sum: sum, out: Array.from(row.out),
+                    slice: [h * Dv, (h + 1) * Dv], max_weight: now.max, entropy_nats: now.entropy });
   }
 
   // The target an explanation is for, and the query row it is read at.
@@ -1349,6 +1511,7 @@
     S.payload = payload;
     S.input = 0; S.group = 0; S.layer = 0; S.query = 0; S.target = 0; S.rolloutLayer = -1;
     S.selected = new Set(); S.hover = null;
+    S.edit = { scale: "model", alpha: 1, masks: {} };
     S.heads = new Set();
     for (let h = 0; h < input().groups[0].n_heads; h++) S.heads.add(h);
     if (payload.training) S.trainStep = payload.training.steps.length - 1;
