@@ -1,0 +1,1 @@
+"""npformer learn: the lesson's exercises, graded."""
