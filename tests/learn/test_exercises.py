@@ -208,6 +208,13 @@ def _mha_folds_the_scale_into_w_q(x, params, n_heads, mask=None):
     return right_solutions.einsum_merge_heads(out) @ params["w_o"] + params["b_o"]
 
 
+def _encoder_block_pops_ln_1(x, params, n_heads, mask=None):
+    ln_1 = params.pop("ln_1")
+    params["ln_1"] = {"gamma": ln_1["gamma"].copy(), "beta": ln_1["beta"]}   # put back, but not the same dict
+    del params["ffn"]["b_2"]                                                 # and one entry gone for good
+    return right_solutions.einsum_encoder_block(x, {**params, "ffn": {**params["ffn"], "b_2": 0}}, n_heads, mask)
+
+
 @pytest.mark.parametrize("name, fn, label", [
     ("softmax", _softmax_in_place, "x"),
     ("multi_head_attention", _mha_folds_the_scale_into_w_q, "params['w_q']"),
@@ -217,6 +224,13 @@ def test_a_function_that_writes_into_its_input_fails_naming_it(name, fn, label):
     _check_message(verdict)
     assert f"It writes into its input {label} " in verdict.message
     assert f"{label}[" in verdict.message.split("\n")[1] and "before the call" in verdict.message
+
+
+def test_a_function_that_removes_an_entry_of_its_params_fails_naming_it():
+    verdict = EXERCISES["encoder_block"].grade(_encoder_block_pops_ln_1)
+    _check_message(verdict)
+    assert "It writes into its input params['ffn']['b_2'] " in verdict.message
+    assert "params['ffn']['b_2'] was added, removed, or changed shape or dtype" in verdict.message
 
 
 @pytest.mark.parametrize("name, fn, words", [

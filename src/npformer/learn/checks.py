@@ -140,8 +140,13 @@ def describe(spec: Spec, case: Case) -> str:
 
 def _changed(before, after, name: str):
     """The first array of argument ``name`` that differs after the call: (printed name, index, old, new)."""
-    for (label, old), (_, new) in zip(_arrays(name, before), _arrays(name, after), strict=True):
-        if old.shape != new.shape:
+    old_arrays, new_arrays = dict(_arrays(name, before)), dict(_arrays(name, after))
+    odd = sorted(old_arrays.keys() ^ new_arrays.keys())               # an entry added, removed or replaced
+    if odd:
+        return odd[0], (), None, None
+    for label, old in old_arrays.items():
+        new = new_arrays[label]
+        if old.shape != new.shape or old.dtype != new.dtype:
             return label, (), None, None
         diff = ~((old == new) | (np.isnan(old) & np.isnan(new)) if old.dtype.kind == "f" else (old == new))
         if diff.any():
@@ -219,7 +224,7 @@ def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
         if change:
             label, index, old, new = change
             what = (f"{label}{_at(index)} was {_fmt(old)} before the call and {_fmt(new)} after"
-                    if old is not None else f"{label} changed shape during the call")
+                    if old is not None else f"{label} was added, removed, or changed shape or dtype during the call")
             return _fail(where, what,
                          f"It writes into its input {label} (an in-place update such as -=, *= or [...] =): work on "
                          f"a new array, the caller's arrays must not change {pointer(spec.section, spec.beyond)}")
