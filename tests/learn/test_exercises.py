@@ -290,3 +290,28 @@ def test_the_backward_references_agree_with_finite_differences():
                 want = case.expected[output]
                 for index in list(np.ndindex(*want.shape))[::3]:
                     assert abs(spec.fd(case, output, index) - want[index]) < 1e-6 * max(1.0, abs(want[index]))
+
+
+def _scaled_softmax(factor64, factor32):
+    """A correct softmax whose result is off by a relative ``factor`` - 1, by dtype."""
+    def softmax(x):
+        y = right_solutions.einsum_softmax(x)
+        return y * y.dtype.type(factor64 if y.dtype == np.float64 else factor32)
+    return softmax
+
+
+def test_the_tolerances_follow_the_dtype():
+    """float64: rtol 1e-9; float32: rtol 1e-5. Well inside passes; twice outside fails, in that dtype."""
+    ex = EXERCISES["softmax"]
+    assert ex.grade(_scaled_softmax(1 + 2e-10, 1 + 2e-6)).status == "pass"
+    assert "in float64" in ex.grade(_scaled_softmax(1 + 2e-9, 1)).message
+    assert "in float32" in ex.grade(_scaled_softmax(1, 1 + 2e-5)).message
+
+
+def test_float64_computed_in_float32_fails():
+    def attention(q, k, v, mask=None):
+        out, w = right_solutions.einsum_attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), mask)
+        return out.astype(q.dtype), w.astype(q.dtype)
+    verdict = EXERCISES["attention"].grade(attention)
+    _check_message(verdict)
+    assert "in float64" in verdict.message and "The values are wrong" in verdict.message
