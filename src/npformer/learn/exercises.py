@@ -607,14 +607,16 @@ A query row with no allowed key gets all-zero weights and a zero output, never N
 
 Head h holds the features h*E/H to (h+1)*E/H of every token. Same dtype as x.""",
                     "reshape to (B, T, H, E/H) first, then move the head axis forward."),
-    "merge_heads": ("""Concatenate the heads again: (B, H, T, D) -> (B, T, H*D), the inverse of split_heads.""",
+    "merge_heads": ("""Concatenate the heads again: (B, H, T, D) -> (B, T, H*D), the inverse of split_heads.
+
+Same dtype as x.""",
                     "undo split_heads' steps in the reverse order."),
     "layer_norm": ("""Layer normalisation over the last axis, as the paper and torch.nn.LayerNorm.
 
 x (..., C), gamma (C,), beta (C,): (x - mean) / sqrt(var + eps) * gamma + beta, with the
 biased variance (divided by C). Returns x's shape and dtype.""",
                    "eps goes inside the square root, and np.var's default (ddof=0) is the biased variance."),
-    "positional_encoding": ("""The paper's sinusoidal positions, a float array (T, d) for an even d:
+    "positional_encoding": ("""The paper's sinusoidal positions, a float64 (or float32) array (T, d) for an even d:
 
 PE[p, 2i] = sin(p / 10000^(2i/d)),  PE[p, 2i+1] = cos(p / 10000^(2i/d)).""",
                             "compute the angles p / 10000^(2i/d) once as a (T, d/2) array."),
@@ -641,7 +643,8 @@ params["ln_1"], params["ln_2"] hold gamma and beta (eps stays 1e-5). Returns x's
                       "residual add first, then normalise: layer_norm(x + sublayer(x))."),
     "softmax_backward": ("""Backward of softmax over the last axis: given y = softmax(x) and dy = dL/dy,
 return dx = dL/dx, of y's shape and dtype.""",
-                         "every output depends on every input of its row: dx = y * (dy - sum(dy * y))."),
+                         "each y of a row depends on every x of that row: the Jacobian is diag(y) - y y^T; "
+                         "apply it to dy without building it."),
     "attention_backward": ("""Backward of attention(q, k, v) with no mask, scale 1/sqrt(D).
 
 dout (..., Tq, Dv) = dL/dout; weights (..., Tq, Tk) is the forward's softmax.
