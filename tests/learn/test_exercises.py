@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import right_solutions
 import wrong_solutions
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from npformer.learn.checks import TOLERANCES
 from npformer.learn.exercises import EXERCISES, Exercise, Verdict, section_title
 from npformer.lesson import SECTIONS
 from npformer.nn import FeedForward, MultiHeadAttention, merge_heads, split_heads
@@ -315,3 +318,28 @@ def test_float64_computed_in_float32_fails():
     verdict = EXERCISES["attention"].grade(attention)
     _check_message(verdict)
     assert "in float64" in verdict.message and "The values are wrong" in verdict.message
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(NAMES), position=st.integers(0, 10**6), change=st.sampled_from([-1, 1]),
+       size=st.floats(3.0, 1e3))
+def test_a_wrong_answer_never_passes(name, position, change, size):
+    """A correct result with one entry moved outside the tolerance (or one boolean flipped) fails."""
+    right = right_solutions.STYLES["einsum"][name]
+
+    def nudged(*args):
+        result = right(*args)
+        outputs = list(result) if isinstance(result, tuple) else [result]
+        target = outputs[position % len(outputs)].copy()
+        flat = target.reshape(-1)
+        i = position % flat.size
+        if flat.dtype == bool:
+            flat[i] = not flat[i]
+        else:
+            rtol, atol = TOLERANCES[flat.dtype]
+            flat[i] += change * size * (atol + rtol * abs(flat[i]))
+        outputs[position % len(outputs)] = target
+        return tuple(outputs) if isinstance(result, tuple) else outputs[0]
+
+    verdict = EXERCISES[name].grade(nudged)
+    _check_message(verdict)

@@ -78,6 +78,10 @@ def attention_by_d(q, k, v, mask=None):
     return _attention(q, k, v, mask, scale=1 / q.shape[-1])
 
 
+def attention_by_sqrt_dv(q, k, v, mask=None):
+    return _attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1]))
+
+
 def attention_k_dot_t(q, k, v, mask=None):
     return _attention(q, k, v, mask, kt=True)                         # the lesson's 2-D code, on batches
 
@@ -121,6 +125,10 @@ def layer_norm_eps_outside(x, gamma, beta, eps=1e-5):
 
 def layer_norm_unbiased(x, gamma, beta, eps=1e-5):
     return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) * gamma + beta
+
+
+def layer_norm_fixed_eps(x, gamma, beta, eps=1e-5):
+    return _ln(x, gamma, beta)
 
 
 def _pe(T, d, even, odd, two_i=True):
@@ -253,6 +261,8 @@ LISTED = [
 MORE = [
     ("softmax", softmax_whole_array, ["whole array"]),
     ("attention", attention_big_negative, ["large negative number"]),
+    ("attention", attention_by_sqrt_dv, ["sqrt of v's size"]),
+    ("layer_norm", layer_norm_fixed_eps, ["eps argument is ignored"]),
     ("merge_heads", merge_heads_no_transpose, ["mixes tokens and heads"]),
     ("positional_encoding", positional_encoding_halves, ["interleaves"]),
     ("positional_encoding", positional_encoding_exponent_i, ["i instead of 2i"]),

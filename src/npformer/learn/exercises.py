@@ -231,6 +231,9 @@ ATTENTION = Spec(("q", "k", "v", "mask"), ("out", "weights"), _attention_cases, 
             wrong=lambda q, k, v, mask=None: _attention(q, k, v, mask, scale=1.0)),
     Mistake("The scores are divided by d instead of sqrt(d)", 2,
             wrong=lambda q, k, v, mask=None: _attention(q, k, v, mask, scale=1 / q.shape[-1])),
+    Mistake("The scores are divided by sqrt of v's size: the scale is 1/sqrt(d) with d = q.shape[-1], the size "
+            "of the query and key vectors", 2,
+            wrong=lambda q, k, v, mask=None: _attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1]))),
     Mistake("k.T reverses EVERY axis of a batched k: swap only the last two, np.swapaxes(k, -1, -2) "
             "(k.T is right only for the lesson's 2-D arrays)", 1, wrong=_kt),
     Mistake("The mask is ignored: blocked keys must get weight 0 (set their scores to -inf before the softmax)",
@@ -300,6 +303,8 @@ LAYER_NORM = Spec(("x", "gamma", "beta", "eps"), ("y",), _ln_cases, (
             "PyTorch divide by sqrt(var + eps)", 3, wrong=_ln_eps_outside),
     Mistake("The variance is the unbiased one (divided by C - 1): layer norm uses the biased variance, "
             "divided by C (np.var's default, ddof=0)", 3, wrong=_ln_unbiased),
+    Mistake("The eps argument is ignored: use the eps the caller passes, 1e-5 is only its default", 3,
+            wrong=lambda x, gamma, beta, eps=1e-5: _layer_norm(x, gamma, beta)),
 ), section=3)
 
 
