@@ -74,16 +74,15 @@ def _softmax(x, axis=-1):
     return np.moveaxis(y, -1, axis)
 
 
-def _attention(q, k, v, mask=None, scale=None, scores=None, fill=None):
-    """npformer's attention, or with one mistake: another ``scale``, the given raw ``scores``, or masked
-    scores set to ``fill`` instead of -inf."""
-    if scores is None and fill is None:
+def _attention(q, k, v, mask=None, scale=None, scores=None):
+    """npformer's attention, or with one mistake: another ``scale``, or the given raw ``scores`` (q k^T
+    computed wrongly) in place of q k^T."""
+    if scores is None:
         out, w, _ = attention_forward(q, k, v, mask=mask, scale=scale)
         return {"out": out, "weights": w}
-    d = q.shape[-1]
-    s = (np.matmul(q, np.swapaxes(k, -1, -2)) if scores is None else scores) * (scale or 1 / math.sqrt(d))
+    s = scores * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))   # (..., Tq, Tk)
     if mask is not None:
-        s = np.where(mask, s, fill) if fill is not None else s + additive_mask(mask, s.dtype)
+        s = s + additive_mask(mask, s.dtype)
     w = _softmax(s)                                                    # (..., Tq, Tk)
     return {"out": np.matmul(w, v), "weights": w}
 
