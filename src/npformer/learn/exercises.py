@@ -144,10 +144,10 @@ def _overflowed(got, case):
 
 
 SOFTMAX = Spec(("x",), ("y",), _softmax_cases, (
-    Mistake("exp overflowed to inf, giving inf or NaN: subtract each row's max before exp "
-            "(softmax(x) = softmax(x - max), and the largest exp is then 1)", 1, shows=_overflowed),
-    Mistake("Normalised over the wrong axis: every row along the LAST axis must sum to 1 "
-            "(x.max(axis=-1, keepdims=True), .sum(axis=-1, keepdims=True))", 1, wrong=lambda x: {"y": _softmax(x, 0)}),
+    Mistake("exp overflowed to inf, giving inf or NaN: subtract each row's max before exp; "
+            "softmax(x - max) = softmax(x), and the largest exp is then 1", 1, shows=_overflowed),
+    Mistake("Normalised over the wrong axis: every row along the LAST axis must sum to 1; take the max and "
+            "the sum with axis=-1, keepdims=True", 1, wrong=lambda x: {"y": _softmax(x, 0)}),
     Mistake("Normalised over the wrong axis: every row along the LAST axis must sum to 1, not the columns",
             1, wrong=lambda x: {"y": _softmax(x, -2)} if x.ndim > 1 else {"y": _softmax(x)}),
     Mistake("Normalised over the whole array at once: every row along the LAST axis must sum to 1 on its own "
@@ -233,8 +233,8 @@ ATTENTION = Spec(("q", "k", "v", "mask"), ("out", "weights"), _attention_cases, 
     Mistake("The scores are divided by sqrt of v's size: the scale is 1/sqrt(d) with d = q.shape[-1], the size "
             "of the query and key vectors", 2,
             wrong=lambda q, k, v, mask=None: _attention(q, k, v, mask, scale=1 / math.sqrt(v.shape[-1]))),
-    Mistake("k.T reverses EVERY axis of a batched k: swap only the last two, np.swapaxes(k, -1, -2) "
-            "(k.T is right only for the lesson's 2-D arrays)", 1, wrong=_kt),
+    Mistake("k.T reverses EVERY axis of a batched k, it is right only for the lesson's 2-D arrays: swap only "
+            "the last two, np.swapaxes(k, -1, -2)", 1, wrong=_kt),
     Mistake("The mask is ignored: blocked keys must get weight 0 (set their scores to -inf before the softmax)",
             1, wrong=lambda q, k, v, mask=None: _attention(q, k, v)),
     Mistake("The mask is read backwards: True means the query MAY attend to that key, False means blocked", 1,
