@@ -1,1 +1,1 @@
-"""npformer learn: the lesson's exercises, graded."""
+"""Learn by doing: the lesson's exercises, a grader that explains mistakes, and the knowledge check."""
