@@ -1,0 +1,285 @@
+"""The grader's machinery, shared by every exercise of ``exercises.py``.
+
+An exercise is graded on a list of cases: fixed inputs whose expected outputs come from npformer's own
+verified ops in float64, never from the learner's function. Each case is run on copies of its inputs;
+the grader then checks, in this order, that no input was changed in place, that the result has the
+expected type, shape and dtype, and that its values match within the dtype's tolerance. When they do
+not, the learner's output is compared with the outputs of the known mistakes (the same input through a
+deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..lesson import SECTIONS
+
+# rtol, atol per dtype, as the issue fixes them
+TOLERANCES = {np.dtype(np.float64): (1e-9, 1e-12), np.dtype(np.float32): (1e-5, 1e-6)}
+
+
+def section_title(n: int) -> str:
+    """The lesson's own title of section ``n`` (as ``npformer lesson --section N`` prints it)."""
+    if n not in SECTIONS:
+        raise ValueError(f"section must be one of {sorted(SECTIONS)}, got {n!r}")
+    return SECTIONS[n]
+
+
+def pointer(section: int, beyond: bool = False) -> str:
+    """The words that end every diagnosis: where the lesson explains it."""
+    where = f"lesson section {section}: {section_title(section)}"
+    return f"(beyond the lesson; closest is {where})" if beyond else f"({where})"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One exercise's grade: status "pass" or "fail"; message "" on pass, at most three lines on fail."""
+    status: str
+    message: str = ""
+
+
+@dataclass
+class Case:
+    """One input: positional ``args`` (named by the spec's ``arg_names``), the float64 ``expected``
+    outputs by name, the dtype the outputs must have (None: any of float32 / float64), a ``note``
+    that completes the input's description, ``tags`` the mistakes may test, and ``extra`` data
+    (the logits behind a softmax, for finite differences)."""
+    args: tuple
+    expected: dict[str, np.ndarray]
+    dtype: np.dtype | None
+    note: str = ""
+    tags: frozenset = frozenset()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known mistake: ``text`` in a learner's words, and how to recognise it, either by ``wrong``,
+    a function of the case's float64 args returning the mistaken outputs by name (compared with the
+    learner's, all of them), or by ``shows(got, case)``, a predicate on the learner's outputs."""
+    text: str
+    section: int
+    wrong: Callable[..., dict[str, np.ndarray]] | None = None
+    shows: Callable[[dict, Case], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to grade one exercise: the names of its arguments and of its outputs (one name: a bare
+    array; several: a tuple in that order), its cases for a dtype, its known mistakes, the lesson
+    section of a generic diagnosis, and for the backward exercises ``fd(case, output, index)``, the
+    central finite difference of that output's entry."""
+    arg_names: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cases: Callable[[np.dtype], list[Case]]
+    mistakes: tuple[Mistake, ...]
+    section: int
+    dtypes: tuple = (np.float64, np.float32)
+    beyond: bool = False
+    fd: Callable[[Case, str, tuple], float] | None = None
+
+
+def as64(args):
+    """The case's args with every float array in float64 (dicts recursively)."""
+    if isinstance(args, dict):
+        return {k: as64(v) for k, v in args.items()}
+    if isinstance(args, (tuple, list)):
+        return type(args)(as64(a) for a in args)
+    if isinstance(args, np.ndarray) and args.dtype.kind == "f":
+        return args.astype(np.float64)
+    return args
+
+
+def cast(tree, dtype):
+    """Every float array of ``tree`` (arrays, dicts of arrays) in ``dtype``."""
+    if isinstance(tree, dict):
+        return {k: cast(v, dtype) for k, v in tree.items()}
+    if isinstance(tree, np.ndarray) and tree.dtype.kind == "f":
+        return tree.astype(dtype)
+    return tree
+
+
+def _arrays(name: str, value):
+    """(printed name, array) for every array in an argument, dicts recursively."""
+    if isinstance(value, np.ndarray):
+        yield name, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _arrays(f"{name}[{k!r}]", v)
+
+
+def _fmt(x, digits: int = 6) -> str:
+    return str(bool(x)) if isinstance(x, (bool, np.bool_)) else f"{float(x):.{digits}g}"
+
+
+def _at(index: tuple) -> str:
+    return "[" + ", ".join(str(int(i)) for i in index) + "]" if index else ""
+
+
+def describe(spec: Spec, case: Case) -> str:
+    """Line 1 of a diagnosis: the input that exposed the mistake."""
+    parts, dtypes = [], set()
+    for name, value in zip(spec.arg_names, case.args, strict=False):     # optional args may be left out
+        if isinstance(value, np.ndarray):
+            parts.append(f"{name} {value.shape}")
+            dtypes.add(value.dtype.name)
+        elif isinstance(value, dict):
+            parts.append(name)
+            dtypes |= {a.dtype.name for _, a in _arrays(name, value) if a.dtype.kind == "f"}
+        elif value is not None:
+            parts.append(f"{name}={value!r}")
+    text = "input: " + ", ".join(parts)
+    floats = sorted(d for d in dtypes if d.startswith("float"))
+    if floats:
+        text += " in " + "/".join(floats)
+    return text + (f"; {case.note}" if case.note else "")
+
+
+def _changed(before, after, name: str):
+    """The first array of argument ``name`` that differs after the call: (printed name, index, old, new)."""
+    old_arrays, new_arrays = dict(_arrays(name, before)), dict(_arrays(name, after))
+    odd = sorted(old_arrays.keys() ^ new_arrays.keys())               # an entry added, removed or replaced
+    if odd:
+        return odd[0], (), None, None
+    for label, old in old_arrays.items():
+        new = new_arrays[label]
+        if old.shape != new.shape or old.dtype != new.dtype:
+            return label, (), None, None
+        diff = ~((old == new) | (np.isnan(old) & np.isnan(new)) if old.dtype.kind == "f" else (old == new))
+        if diff.any():
+            index = tuple(np.argwhere(diff)[0])
+            return label, index, old[index], new[index]
+    return None
+
+
+def _type_name(x) -> str:
+    if isinstance(x, np.ndarray):
+        return f"a {x.dtype.name} array of shape {x.shape}"
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)} items"
+    return f"a {type(x).__name__}"
+
+
+def _unpack(spec: Spec, result, case: Case) -> tuple[dict | None, str]:
+    """The outputs by name, or None and a plain sentence saying what is wrong with the result's type."""
+    want = ", ".join(spec.outputs)
+    if len(spec.outputs) == 1:
+        items = (result,)
+    elif not isinstance(result, tuple):
+        return None, f"It returned {_type_name(result)}, expected a tuple ({want})"
+    elif len(result) != len(spec.outputs):
+        return None, f"It returned a tuple of {len(result)} items, expected {len(spec.outputs)}: ({want})"
+    else:
+        items = result
+    got = {}
+    for name, item in zip(spec.outputs, items, strict=True):
+        shape = case.expected[name].shape
+        if not isinstance(item, np.ndarray):
+            return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}"
+        if item.shape != shape:
+            return None, f"{name} has shape {item.shape}, expected {shape}"
+        if case.dtype is None and item.dtype not in TOLERANCES:
+            return None, f"{name} is {item.dtype.name}, expected float32 or float64"
+        if case.dtype is not None and item.dtype != case.dtype:
+            why = ("a float64 scalar such as np.sqrt(d) turns float32 arrays into float64: use math.sqrt "
+                   "or cast back with .astype(x.dtype)") if case.dtype == np.float32 else ""
+            return None, f"{name} is {item.dtype.name}, expected {case.dtype.name}" + (f" ({why})" if why else "")
+        got[name] = item
+    return got, ""
+
+
+def close(got: np.ndarray, want: np.ndarray, dtype) -> bool:
+    """Equal for booleans; within the tolerance of ``dtype`` for floats (NaN never matches)."""
+    if want.dtype == bool:
+        return bool(np.array_equal(got, want))
+    rtol, atol = TOLERANCES[np.dtype(dtype)]
+    return bool(np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol))
+
+
+def _worst(got: np.ndarray, want: np.ndarray, dtype) -> tuple:
+    """The index where ``got`` is furthest outside the tolerance."""
+    if want.dtype == bool:
+        return tuple(np.argwhere(got != want)[0])
+    rtol, atol = TOLERANCES[np.dtype(dtype)]
+    g = got.astype(np.float64)
+    excess = np.abs(g - want) - (atol + rtol * np.abs(want))
+    excess = np.where(np.isfinite(g), excess, np.inf)
+    return np.unravel_index(int(np.argmax(excess)), want.shape)
+
+
+def _fail(*lines: str) -> Verdict:
+    return Verdict("fail", "\n".join(lines))
+
+
+def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
+    """None when ``fn`` gets this case right, else the failing verdict. ``fn``'s exceptions propagate."""
+    given = copy.deepcopy(case.args)
+    result = fn(*given)
+    where = describe(spec, case)
+    for name, before, after in zip(spec.arg_names, case.args, given, strict=False):
+        change = _changed(before, after, name)
+        if change:
+            label, index, old, new = change
+            what = (f"{label}{_at(index)} was {_fmt(old)} before the call and {_fmt(new)} after"
+                    if old is not None else f"{label} was added, removed, or changed shape or dtype during the call")
+            return _fail(where, what,
+                         f"It writes into its input {label} (an in-place update such as -=, *= or [...] =): work on "
+                         f"a new array, the caller's arrays must not change {pointer(spec.section, spec.beyond)}")
+    got, wrong_type = _unpack(spec, result, case)
+    if got is None:
+        want = spec.outputs[0] if len(spec.outputs) == 1 else "(" + ", ".join(spec.outputs) + ")"
+        return _fail(where, wrong_type, f"Return exactly what the contract says: {want}, NumPy arrays of the "
+                                        f"documented shapes and dtype {pointer(spec.section, spec.beyond)}")
+    tol_dtype = case.dtype if case.dtype is not None else next(iter(got.values())).dtype
+    bad = [name for name in spec.outputs if not close(got[name], case.expected[name], tol_dtype)]
+    if not bad:
+        return None
+    name = bad[0]
+    index = _worst(got[name], case.expected[name], tol_dtype)
+    digits = 6
+    while digits < 17 and _fmt(got[name][index], digits) == _fmt(case.expected[name][index], digits):
+        digits += 3                                                    # enough digits to show the difference
+    value = (f"{name}{_at(index)} is {_fmt(got[name][index], digits)} "
+             f"but expected {_fmt(case.expected[name][index], digits)}")
+    if spec.fd is not None:
+        value += f" (central finite differences give {_fmt(spec.fd(case, name, index))})"
+    if len(spec.outputs) > 1:
+        right = [n for n in spec.outputs if n not in bad]
+        value += f"; wrong: {', '.join(bad)}" + (f", right: {', '.join(right)}" if right else "")
+    args64 = as64(case.args)
+    for mistake in spec.mistakes:
+        if mistake.shows is not None and mistake.shows(got, case):
+            return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
+        if mistake.wrong is not None:
+            wrong = mistake.wrong(*args64)
+            if all(close(got[n], w, tol_dtype) for n, w in wrong.items()):
+                return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
+    if spec.beyond:
+        generic = (f"The gradient with respect to {', '.join(n[1:] for n in bad)} is wrong: derive it again from "
+                   f"the forward, one step at a time")
+    else:
+        generic = "The values are wrong: check each step against the contract in the docstring"
+    return _fail(where, value, f"{generic} {pointer(spec.section, spec.beyond)}")
+
+
+def grade(spec: Spec, fn: Callable) -> Verdict:
+    """Every case of every dtype in order; the first failure is the verdict."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+    for dtype in spec.dtypes:
+        for case in spec.cases(np.dtype(dtype) if dtype is not None else None):
+            verdict = grade_case(spec, fn, case)
+            if verdict is not None:
+                return verdict
+    return Verdict("pass")
+
+
+def make_case(spec_reference: Callable, args: tuple, dtype, note: str = "", tags=(), extra=None) -> Case:
+    """A case whose inputs are ``args`` in ``dtype`` and whose expected outputs are
+    ``spec_reference(*args)`` computed in float64 from exactly those inputs."""
+    args = tuple(cast(a, dtype) for a in args) if dtype is not None else tuple(args)
+    expected = spec_reference(*as64(args))
+    return Case(args, expected, np.dtype(dtype) if dtype is not None else None, note, frozenset(tags), extra or {})
