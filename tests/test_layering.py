@@ -3,7 +3,7 @@
 Layers, lowest first; a module may import its own layer and the layers below it:
 
     settings, files  <  ops  <  functional  <  nn  <  models, pretrained  <  data  <  train, decode
-                     <  viz, explore  <  studies  <  lesson  <  cli (and __main__)
+                     <  viz, explore  <  studies  <  lesson, learn  <  cli (and __main__)
 
 plus three rules: ``decode`` does not import ``data`` (training consumes tasks, decoding does not);
 ``interop`` (the PyTorch adapters) may import ops, nn and models (and the leaf utilities), and data
@@ -22,7 +22,7 @@ import npformer
 ROOT = Path(npformer.__file__).parent
 PKG = "npformer"
 LAYERS = [{"settings", "files"}, {"ops"}, {"functional"}, {"nn"}, {"models", "pretrained"}, {"data"},
-          {"train", "decode"}, {"viz", "explore"}, {"studies"}, {"lesson"}, {"cli", "__main__"}]
+          {"train", "decode"}, {"viz", "explore"}, {"studies"}, {"lesson", "learn"}, {"cli", "__main__"}]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 LEAVES = LAYERS[0]
 INTEROP_MAY_IMPORT = LEAVES | {"ops", "nn", "models", "data", "train"}   # data, train: the torch engine
