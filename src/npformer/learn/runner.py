@@ -38,6 +38,7 @@ from .report import Report, Row
 
 MAX_WORKBOOK_BYTES = 1 << 20        # a workbook is a page of code; refuse anything far larger before reading it
 MAX_MESSAGE_CHARS = 4000            # a learner's exception can carry any text: keep the table readable
+MAX_OUTPUT_CHARS = 100_000          # what one exercise printed, kept in Row.output (a print in a loop is endless)
 _SKIPPED_DIRS = None                # npformer's and NumPy's folders: the grader's frames, not the learner's
 
 
@@ -151,7 +152,7 @@ def _receive(conn, proc, timeout: float, what: str) -> tuple:
     """The child's next message, or ("lost", why, "") when it took longer than ``timeout`` or ended."""
     if not conn.poll(timeout):
         proc.kill()
-        return ("lost", f"{what} took longer than {timeout:g} s (an endless loop?); the time limit is --timeout", "")
+        return ("lost", f"{what} took longer than the time limit of {timeout:g} s (an endless loop?)", "")
     try:
         return conn.recv()
     except EOFError:                            # the child ended without a word
@@ -218,14 +219,19 @@ def _capture_and_grade(name: str, functions: dict) -> Row:
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             verdict = EXERCISES[name].grade(fn)
     except NotImplementedError:
-        return Row(name, "todo", "", buffer.getvalue())
+        return Row(name, "todo", "", _printed(buffer))
     except KeyboardInterrupt:
         raise
     except BaseException as e:                  # noqa: B036 (sys.exit in the learner's code is its error)
         entry = getattr(fn, "__code__", None)
-        return Row(name, "error", _learner_traceback(e, f"{name} raised", entry), buffer.getvalue())
+        return Row(name, "error", _learner_traceback(e, f"{name} raised", entry), _printed(buffer))
     message = verdict.message if verdict.status == "fail" else ""
-    return Row(name, verdict.status, message, buffer.getvalue())
+    return Row(name, verdict.status, message, _printed(buffer))
+
+
+def _printed(buffer: io.StringIO) -> str:
+    text = buffer.getvalue()
+    return text if len(text) <= MAX_OUTPUT_CHARS else text[:MAX_OUTPUT_CHARS] + "\n... (printing cut short)\n"
 
 
 def _learner_traceback(e: BaseException, intro: str, entry=None) -> str:
