@@ -26,8 +26,8 @@ import os
 import sys
 
 # the subcommands, in the order --help lists them; each is the module npformer.cli.<name>
-COMMANDS = ["lesson", "info", "demo", "train", "eval", "translate", "generate", "attention", "explore", "embed",
-            "similar", "act", "study"]
+COMMANDS = ["lesson", "learn", "info", "demo", "train", "eval", "translate", "generate", "attention", "explore",
+            "embed", "similar", "act", "study"]
 
 
 class CLIError(Exception):

@@ -1,0 +1,100 @@
+"""The workbook ``npformer learn init DIR`` writes: ``DIR/transformer.py``, one stub for each exercise in the
+lesson's order (each raising NotImplementedError, its docstring the contract and a hint), and
+``DIR/README.md``, which says how to check the work.
+
+An existing ``transformer.py`` is someone's work: it is refused, or with ``force`` kept first as a
+``.bak`` copy. A README.md that differs from the one written here is kept the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..files import atomic_write_bytes, writing
+
+WORKBOOK = "transformer.py"
+README = "README.md"
+
+HEADER = '''\
+"""Your transformer, one function at a time: the exercises of npformer's lesson.
+
+Replace each `raise NotImplementedError` with your code, in plain NumPy. Check your work with
+
+    npformer learn check {dir}
+
+or one exercise at a time, e.g. `npformer learn check {dir} softmax`.
+"""
+import numpy as np
+'''
+
+
+def workbook_source(dir_shown: str = ".") -> str:
+    """The text of ``transformer.py``: a header, ``import numpy as np``, then every stub."""
+    from .exercises import EXERCISES
+    stubs = [ex.stub.strip("\n") for ex in EXERCISES.values()]
+    return HEADER.format(dir=dir_shown) + "\n\n" + "\n\n\n".join(stubs) + "\n"
+
+
+def readme_text(dir_shown: str = ".") -> str:
+    """The text of ``README.md``: how to check the work, and the exercises with their lesson sections."""
+    from .exercises import EXERCISES, section_title
+    lines = [
+        "# Your transformer workbook",
+        "",
+        f"`{WORKBOOK}` holds one function for each exercise of npformer's lesson, in the lesson's order.",
+        "Each raises `NotImplementedError` until you write it; its docstring gives the contract (shapes,",
+        "dtypes, conventions) and a hint.",
+        "",
+        "Check all of them, or only some:",
+        "",
+        "```",
+        f"npformer learn check {dir_shown}",
+        f"npformer learn check {dir_shown} softmax attention",
+        "```",
+        "",
+        "Each exercise is marked pass, fail, error or todo (still the stub). Under a failure comes the input",
+        "that exposed it, what came out against what was expected, and the likely mistake, with the section",
+        "of `npformer lesson` to read again. Add `--json` for a machine-readable report and `--timeout S` to",
+        "change the time limit of 10 s per exercise. `npformer learn quiz` asks the lesson's knowledge check.",
+        "",
+        "| exercise | lesson section |",
+        "|---|---|",
+    ]
+    lines += [f"| `{ex.signature}` | {ex.section}. {section_title(ex.section)} |" for ex in EXERCISES.values()]
+    return "\n".join(lines) + "\n"
+
+
+def init(dir, force: bool = False) -> list[Path]:
+    """Write ``DIR/transformer.py`` and ``DIR/README.md``; returns the files written, backups included.
+
+    Refuses a DIR that already holds a transformer.py unless ``force``, which first keeps it as a
+    ``.bak`` copy (``transformer.py.bak``, or ``transformer.py.1.bak``, ... when that name is taken).
+    """
+    dir = Path(dir)
+    if dir.exists() and not dir.is_dir():
+        raise NotADirectoryError(f"{dir} is a file, not a folder for the workbook")
+    workbook, readme = dir / WORKBOOK, dir / README
+    if workbook.exists() and not force:
+        raise FileExistsError(f"{workbook} already exists; --force overwrites it after keeping a .bak copy")
+    shown = str(dir)
+    source, text = workbook_source(shown).encode(), readme_text(shown).encode()
+    with writing(dir):
+        dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path, data in ((workbook, source), (readme, text)):
+        if path.is_file() and path.read_bytes() != data:
+            written.append(_backup(path))
+        atomic_write_bytes(path, data)
+        written.append(path)
+    return written
+
+
+def _backup(path: Path) -> Path:
+    """Copy ``path`` to the first free name of NAME.bak, NAME.1.bak, NAME.2.bak, ..."""
+    n = 0
+    while True:
+        bak = path.with_name(f"{path.name}.bak" if n == 0 else f"{path.name}.{n}.bak")
+        if not bak.exists() and not bak.is_symlink():
+            break
+        n += 1
+    atomic_write_bytes(bak, path.read_bytes())
+    return bak
