@@ -19,10 +19,13 @@ def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="learn_command", metavar="{init,check,quiz}", parser_class=type(p))
     init = sub.add_parser("init", help="write DIR/transformer.py (one stub per exercise) and DIR/README.md",
                           description="Write the workbook: DIR/transformer.py with one stub for each exercise, "
-                                      "in the lesson's order, and DIR/README.md.")
+                                      "in the lesson's order, and DIR/README.md; with --notebook also "
+                                      "DIR/lesson.ipynb.")
     init.add_argument("dir", metavar="DIR")
     init.add_argument("--force", action="store_true",
-                      help="overwrite an existing DIR/transformer.py after keeping a .bak copy")
+                      help="overwrite an existing DIR/transformer.py (and lesson.ipynb) after keeping a .bak copy")
+    init.add_argument("--notebook", action="store_true",
+                      help="also write DIR/lesson.ipynb: the exercises as Jupyter cells, each followed by a check")
     check = sub.add_parser("check", help="grade the workbook's exercises, every one or those named",
                            description="Grade DIR/transformer.py (or a .py file given as DIR): one row per "
                                        "exercise, pass, fail, error or todo, and under each failure its diagnosis.")
@@ -49,11 +52,13 @@ def run(args) -> int:
 
 
 def _init(args) -> int:
-    from ..learn.workbook import WORKBOOK, init
-    written = init(args.dir, force=args.force)
+    from ..learn.workbook import NOTEBOOK, WORKBOOK, init
+    written = init(args.dir, force=args.force, notebook=args.notebook)
     for path in written:
         print(f"wrote {path}")
     print(f"next: fill in {Path(args.dir) / WORKBOOK}, then run: npformer learn check {args.dir}")
+    if args.notebook:
+        print(f"or open {Path(args.dir) / NOTEBOOK} in Jupyter and run its check cells")
     return 0
 
 

@@ -6,6 +6,8 @@ the grader then checks, in this order, that no input was changed in place, that 
 expected type, shape and dtype, and that its values match within the dtype's tolerance. When they do
 not, the learner's output is compared with the outputs of the known mistakes (the same input through a
 deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
+An exercise built on earlier ones (multi-head attention on attention) may also say that the learner's
+output is the correct composition of the learner's own failing helpers (``Spec.built_on``).
 """
 from __future__ import annotations
 
@@ -71,7 +73,9 @@ class Spec:
     """How to grade one exercise: the names of its arguments and of its outputs (one name: a bare
     array; several: a tuple in that order), its cases for a dtype, its known mistakes, the lesson
     section of a generic diagnosis, and for the backward exercises ``fd(case, output, index)``, the
-    central finite difference of that output's entry."""
+    central finite difference of that output's entry. ``built_on(fn, got, case)``, for an exercise whose
+    code calls earlier exercises, returns (sentence, section) when ``got`` is explained by the learner's own
+    failing helpers, else None; it is asked after the known mistakes."""
     arg_names: tuple[str, ...]
     outputs: tuple[str, ...]
     cases: Callable[[np.dtype], list[Case]]
@@ -80,6 +84,7 @@ class Spec:
     dtypes: tuple = (np.float64, np.float32)
     beyond: bool = False
     fd: Callable[[Case, str, tuple], float] | None = None
+    built_on: Callable[[Callable, dict, Case], tuple[str, int] | None] | None = None
 
 
 def as64(args):
@@ -257,6 +262,10 @@ def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
             wrong = mistake.wrong(*args64)
             if all(close(got[n], w, tol_dtype) for n, w in wrong.items()):
                 return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
+    found = spec.built_on(fn, got, case) if spec.built_on is not None else None
+    if found is not None:
+        text, section = found
+        return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
     if spec.beyond:
         generic = (f"The gradient with respect to {', '.join(n[1:] for n in bad)} is wrong: derive it again from "
                    f"the forward, one step at a time")

@@ -9,9 +9,11 @@ D = E / H head size, Dv value size, F feed-forward width.
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from ..ops import (
     softmax_forward,
 )
 from ..ops.attention import additive_mask
-from .checks import Mistake, Spec, Verdict, as64, grade, make_case, section_title
+from .checks import Mistake, Spec, Verdict, as64, close, grade, make_case, section_title
 
 __all__ = ["EXERCISES", "Exercise", "Verdict", "section_title"]
 
@@ -120,6 +122,72 @@ def _block(x, params, n_heads, mask=None, pre_ln=False, residual=True):
     h = _ln(keep + _mha(x, params["attn"], n_heads, mask), params["ln_1"])
     keep = h if residual else 0
     return _ln(keep + _ffn(h, params["ffn"]), params["ln_2"])
+
+
+# -- an exercise built on earlier ones, wrong only because one of them is ----------------------------------
+
+def _mha_on(helpers, x, params, n_heads, mask=None):
+    """The correct multi-head attention, calling ``helpers`` (exercise name -> function) for its steps."""
+    q, k, v = (helpers["split_heads"](x @ params[f"w_{n}"] + params[f"b_{n}"], n_heads) for n in "qkv")
+    out, _ = helpers["attention"](q, k, v, mask)                      # (B, H, T, D)
+    return helpers["merge_heads"](out) @ params["w_o"] + params["b_o"]  # (B, T, E)
+
+
+def _block_on(helpers, x, params, n_heads, mask=None):
+    """The correct post-LN encoder block, calling ``helpers`` for its steps."""
+    ln = helpers["layer_norm"]
+    h = ln(x + helpers["multi_head_attention"](x, params["attn"], n_heads, mask), **params["ln_1"])
+    return ln(h + helpers["feed_forward"](h, params["ffn"]), **params["ln_2"])   # (B, T, E)
+
+
+_CORRECT_HELPERS = {      # the exercises' contracts, from npformer's ops
+    "split_heads": split_heads,
+    "merge_heads": merge_heads,
+    "attention": lambda q, k, v, mask=None: attention_forward(q, k, v, mask=mask)[:2],   # (out, weights)
+    "layer_norm": lambda x, gamma, beta, eps=1e-5: layernorm_forward(x, gamma, beta, eps)[0],
+    "feed_forward": _ffn,
+    "multi_head_attention": _mha,
+}
+
+
+@dataclass(frozen=True)
+class BuiltOn:
+    """For an exercise whose code calls earlier exercises (``uses``): when the learner's output is what the
+    correct ``build(helpers, *args)`` gives with the learner's own failing helpers in place of the correct
+    ones, say that the fault is in those helpers. The learner's helpers are the functions of those names
+    next to theirs (the workbook's module, or the notebook's namespace)."""
+    what: str
+    uses: tuple[str, ...]
+    build: Callable
+
+    def __call__(self, fn, got, case):
+        theirs = getattr(fn, "__globals__", None) or {}
+        failing = [n for n in self.uses if callable(theirs.get(n)) and _fails_its_check(n, theirs[n])]
+        if not failing:
+            return None
+        helpers = {n: theirs[n] if n in failing else _CORRECT_HELPERS[n] for n in self.uses}
+        try:
+            with np.errstate(all="ignore"):
+                built = self.build(helpers, *copy.deepcopy(case.args))
+        except Exception:                   # their helper cannot even run here: nothing to claim
+            return None
+        (name,) = got
+        if not (isinstance(built, np.ndarray) and built.shape == got[name].shape
+                and close(got[name], built.astype(np.float64), case.dtype)):
+            return None
+        names = " and ".join(failing)
+        which = "which fails its own check" if len(failing) == 1 else "which fail their own checks"
+        return (f"This matches a correct {self.what} built on your {names}, {which}: fix {names} first",
+                EXERCISES[failing[0]].section)
+
+
+def _fails_its_check(name: str, fn) -> bool:
+    """Whether ``fn`` fails exercise ``name``'s own check (an exception counts as not failing: it is no
+    wrong number to explain)."""
+    try:
+        return EXERCISES[name].grade(fn).status == "fail"
+    except Exception:
+        return False
 
 
 def _attention_grads(dout, q, k, v, weights, scale_dq=True, scale_dk=True):
@@ -396,7 +464,7 @@ MULTI_HEAD_ATTENTION = Spec(("x", "params", "n_heads", "mask"), ("out",), _mha_c
             wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, project_out=False)}),
     Mistake("The weights are applied as x @ w.T (PyTorch's layout): the contract says x @ w + b", 3,
             wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, transposed=True)}),
-), section=3)
+), section=3, built_on=BuiltOn("multi-head attention", ("split_heads", "attention", "merge_heads"), _mha_on))
 
 
 def _ffn_cases(dtype):
@@ -431,7 +499,7 @@ ENCODER_BLOCK = Spec(("x", "params", "n_heads", "mask"), ("out",), _block_cases,
             wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, pre_ln=True)}),
     Mistake("The residual connections are missing: add each sub-layer's input back, layer_norm(x + sublayer(x))",
             3, wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, residual=False)}),
-), section=3)
+), section=3, built_on=BuiltOn("encoder block", ("multi_head_attention", "layer_norm", "feed_forward"), _block_on))
 
 
 # -- 10. softmax_backward, attention_backward (beyond the lesson) ------------------------------------------

@@ -1,15 +1,18 @@
 """The workbook ``npformer learn init DIR`` writes: ``DIR/transformer.py``, one stub for each exercise in the
 lesson's order (each raising NotImplementedError, its docstring the contract and a hint), and
-``DIR/README.md``, which says how to check the work.
+``DIR/README.md``, which says how to check the work; with ``notebook``, also ``DIR/lesson.ipynb``, the
+same exercises as notebook cells, each followed by a ``check(...)`` cell (``notebook.py``).
 
-An existing ``transformer.py`` is someone's work: it is refused, or with ``force`` kept first as a
-``.bak`` copy. A README.md that differs from the one written here is kept the same way.
+An existing ``transformer.py`` (or, when asked for, ``lesson.ipynb``) is someone's work: it is refused,
+or with ``force`` kept first as a ``.bak`` copy. A README.md that differs from the one written here is kept
+the same way.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..files import atomic_write_bytes, writing
+from .notebook import NOTEBOOK, notebook_source
 
 WORKBOOK = "transformer.py"
 README = "README.md"
@@ -34,7 +37,7 @@ def workbook_source(dir_shown: str = ".") -> str:
     return HEADER.format(dir=dir_shown) + "\n\n" + "\n\n\n".join(stubs) + "\n"
 
 
-def readme_text(dir_shown: str = ".") -> str:
+def readme_text(dir_shown: str = ".", notebook: bool = False) -> str:
     """The text of ``README.md``: how to check the work, and the exercises with their lesson sections."""
     from .exercises import EXERCISES, section_title
     lines = [
@@ -56,6 +59,14 @@ def readme_text(dir_shown: str = ".") -> str:
         "of `npformer lesson` to read again. Add `--json` for a machine-readable report and `--timeout S` to",
         "change the time limit of 10 s per exercise. `npformer learn quiz` asks the lesson's knowledge check.",
         "",
+    ]
+    if notebook:
+        lines += [
+            f"`{NOTEBOOK}` holds the same exercises as Jupyter cells, each followed by a `check(...)` cell that",
+            f"grades the function you just ran. `npformer learn check` grades `{WORKBOOK}`, not the notebook.",
+            "",
+        ]
+    lines += [
         "| exercise | lesson section |",
         "|---|---|",
     ]
@@ -63,24 +74,28 @@ def readme_text(dir_shown: str = ".") -> str:
     return "\n".join(lines) + "\n"
 
 
-def init(dir, force: bool = False) -> list[Path]:
-    """Write ``DIR/transformer.py`` and ``DIR/README.md``; returns the files written, backups included.
+def init(dir, force: bool = False, notebook: bool = False) -> list[Path]:
+    """Write ``DIR/transformer.py`` and ``DIR/README.md``, and with ``notebook`` ``DIR/lesson.ipynb``;
+    returns the files written, backups included.
 
-    Refuses a DIR that already holds a transformer.py unless ``force``, which first keeps it as a
-    ``.bak`` copy (``transformer.py.bak``, or ``transformer.py.1.bak``, ... when that name is taken).
+    Refuses a DIR that already holds a transformer.py (or, with ``notebook``, a lesson.ipynb) unless
+    ``force``, which first keeps it as a ``.bak`` copy (``transformer.py.bak``, or ``transformer.py.1.bak``,
+    ... when that name is taken). Nothing is written when it refuses.
     """
     dir = Path(dir)
     if dir.exists() and not dir.is_dir():
         raise NotADirectoryError(f"{dir} is a file, not a folder for the workbook")
-    workbook, readme = dir / WORKBOOK, dir / README
-    if workbook.exists() and not force:
-        raise FileExistsError(f"{workbook} already exists; --force overwrites it after keeping a .bak copy")
     shown = str(dir)
-    source, text = workbook_source(shown).encode(), readme_text(shown).encode()
+    files = [(dir / WORKBOOK, workbook_source(shown).encode()), (dir / README, readme_text(shown, notebook).encode())]
+    if notebook:
+        files.append((dir / NOTEBOOK, notebook_source().encode()))
+    for path in (dir / WORKBOOK, dir / NOTEBOOK) if notebook else (dir / WORKBOOK,):
+        if (path.exists() or path.is_symlink()) and not force:
+            raise FileExistsError(f"{path} already exists; --force overwrites it after keeping a .bak copy")
     with writing(dir):
         dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path, data in ((workbook, source), (readme, text)):
+    for path, data in files:
         if path.is_file() and path.read_bytes() != data:
             written.append(_backup(path))
         atomic_write_bytes(path, data)
