@@ -122,6 +122,9 @@ def test_a_syntax_error_names_its_file_and_line(standin, tmp_path):
     assert statuses(report) == {"softmax": "error", "causal_mask": "error"}
     assert report.rows[0].message.startswith(f"syntax error in {path}, line {line}: ")
     assert "def softmax(x)" in report.rows[0].message
+    text = report.text().splitlines()                       # the table says it once, then points up
+    assert sum(line.strip().startswith("syntax error in") for line in text) == 1
+    assert text[text.index("causal_mask  error") + 1] == "    (the same as above)"
 
 
 def test_an_error_at_import_is_every_exercises_error_with_its_traceback(standin, tmp_path):

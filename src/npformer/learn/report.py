@@ -54,9 +54,15 @@ class Report:
     def text(self) -> str:
         width = max([len("exercise")] + [len(r.name) for r in self.rows])
         lines = [f"{'exercise':<{width}}  status", f"{'-' * width}  ------"]
+        previous = ""
         for r in self.rows:
             lines.append(f"{r.name:<{width}}  {r.status}")
-            lines += ["    " + line for line in _shown(r).splitlines()]
+            shown = _shown(r)
+            if shown and shown == previous:             # e.g. a syntax error: every exercise's, said once
+                lines.append("    (the same as above)")
+            else:
+                lines += ["    " + line for line in shown.splitlines()]
+            previous = shown
         lines.append(self.summary())
         if self.note:
             lines.append(self.note)
