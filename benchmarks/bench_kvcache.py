@@ -22,7 +22,7 @@ gets on a machine without SMT). Threads speed up the recomputing baseline's larg
 than the cached steps' one-row products. On a shared machine, --threads 1 keeps OpenBLAS's
 spinning worker threads from fighting other programs for the cores (they made the same products
 10x slower there). A full run is --repeats runs of each after an 8-token warm-up: about
---repeats times the sum of the two times that the README's Measured numbers table gives for one
+--repeats times the sum of the two times that docs/performance.md's table gives for one
 run of each on its machine (no times are quoted here, so that none goes stale).
 """
 from __future__ import annotations

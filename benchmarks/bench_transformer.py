@@ -34,7 +34,7 @@ at 32 positions), softmax, LayerNorm and dropout are left out, so both rates are
 The yardstick: the same run times float32 2048 x 2048 products in numpy and in torch (best of
 3, before and after the steps, on the same threads) and prints each side's achieved rate as a
 share of those peaks.
-A full run takes about a minute (a step of each took about 2 s on the README's machine).
+A full run takes about a minute (a step of each took about 2 s on the reference machine of docs/performance.md).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The explorer's screenshots for the README's tour: docs/figures/explore_head.png (the head view),
+"""The explorer's screenshots for docs/explorer.md and the README's tour: docs/figures/explore_head.png (the head view),
 explore_step.png (the step view) and explore_tabletop.png (attention, rollout and relevance over the
 tabletop scene), taken in headless chromium from real trained runs.
 

@@ -2,7 +2,7 @@
 12 heads, q, k, v zlib-compressed as the payload builder stores them) and a 512-token causal text
 input. The pages must open without error and stay correct at that size; how long they take is
 printed (run with -s to see it), never asserted: benchmarks/bench_explore_page.py measures the real
-models' pages and the README quotes it."""
+models' pages and docs/explorer.md quotes it."""
 import time
 
 import numpy as np

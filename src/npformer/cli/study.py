@@ -9,7 +9,7 @@ Each study trains its settings x seeds with the task's recipe (``--steps`` and `
 shows one progress bar for the whole study, prints the results table and a sentence chosen from the
 numbers, and writes NAME.csv, NAME.png and NAME.txt (the printed report) into --out. Last it prints
 how long the study took and the machine's load average at its start and end, the two figures the
-README gives beside each study's table.
+studies page (docs/studies.md) gives beside each study's table.
 """
 from __future__ import annotations
 

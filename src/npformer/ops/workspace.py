@@ -4,7 +4,7 @@ A training step of the base model makes about 390 MB of fresh arrays: every weig
 (252 MB), the logits, their softmax and its gradient (38 MB each at 256 positions x 37,000
 words). Arrays this large are mapped from the operating system by ``malloc`` and handed back on
 ``free``, so the next step touches new pages and the kernel zeroes them again, page by page: on
-the README's machine about 0.2 s of a 0.8 s step was spent in those page faults.
+the reference machine of docs/performance.md about 0.2 s of a 0.8 s step was spent in those page faults.
 
 ``empty(shape, dtype)`` hands out an array that an earlier call made and nobody uses any more,
 instead of a new one. "Nobody uses it" is read from the reference count: the pool holds one
