@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -38,6 +39,9 @@ NOT_SOURCE = (".git", ".venv", "venv", "__pycache__", "*.egg-info", "build", "di
 LEFT_BEHIND = ("build", "dist", "src/*.egg-info")
 # variables that would put the source tree, or another environment, on the installed npformer's path
 PATH_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
+# what the sdist holds, besides PKG-INFO and the like
+SDIST_FOLDERS = ("src", "tests", "docs", "benchmarks")
+SDIST_FILES = ("pyproject.toml", "README.md", "Makefile", "LICENSE", "CHANGELOG.md", "CONTRIBUTING.md")
 TIMEOUT = 120
 
 
@@ -129,7 +133,7 @@ def installed(tmp_path_factory):
          what=f"pip install {wheel.name}")
     cwd.mkdir()
     return SimpleNamespace(bin=venv / "bin", python=python, env=_clean_env(), cwd=cwd, site_packages=site_packages,
-                           version=wheel.name.split("-")[1])
+                           version=wheel.name.split("-")[1], sdist=sdists[0], source=source)
 
 
 def _npformer(installed, *args):
@@ -149,6 +153,17 @@ def test_the_fresh_environment_imports_npformer_from_the_wheel_and_nothing_from_
     assert not seen["torch"] and not seen["pytest"], "the test environment's packages leak into the fresh one"
     assert seen["version"] == installed.version
     assert _npformer(installed, "--version").split() == ["npformer", installed.version]
+
+
+def test_the_sdist_holds_the_package_the_tests_the_docs_and_the_benchmarks(installed):
+    with tarfile.open(installed.sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    src = installed.source                             # the copy the sdist was built from
+    expected = {p.relative_to(src).as_posix() for folder in SDIST_FOLDERS for p in (src / folder).rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")}
+    expected |= {name for name in SDIST_FILES if (src / name).is_file()}
+    missing = sorted(expected - names)
+    assert not missing, f"the sdist lacks {len(missing)} file(s) (MANIFEST.in): {missing[:10]}"
 
 
 def test_every_file_of_the_source_package_is_installed(installed):
