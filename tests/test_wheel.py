@@ -41,7 +41,7 @@ LEFT_BEHIND = ("build", "dist", "src/*.egg-info")
 PATH_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
 # what the sdist holds, besides PKG-INFO and the like
 SDIST_FOLDERS = ("src", "tests", "docs", "benchmarks")
-SDIST_FILES = ("pyproject.toml", "README.md", "Makefile", "LICENSE", "CHANGELOG.md", "CONTRIBUTING.md")
+SDIST_FILES = ("pyproject.toml", "README.md", "Makefile", "LICENSE", "CHANGELOG.md", "CONTRIBUTING.md", "mkdocs.yml")
 TIMEOUT = 120
 
 
