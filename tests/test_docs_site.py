@@ -196,7 +196,7 @@ def test_docstrings_hold_no_text_that_markdown_takes_for_html():
     for package in API:
         for path in sorted((SRC / "npformer" / package).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
-            for node in [tree, *ast.walk(tree)]:
+            for node in ast.walk(tree):
                 if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                     doc = ast.get_docstring(node)
                     if doc:
