@@ -1,12 +1,13 @@
 # Two commands set everything up on a fresh machine with Python 3 and make:
 #   make demo   - create .venv, install npformer, run the main job
 #   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), lint, run the suite
+#   make docs   - build the documentation site into site/ (open site/index.html)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test lint install install-test bench clean
+.PHONY: demo test lint install install-test install-docs docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,14 @@ install-test: $(PY)
 	  fi; \
 	fi
 
+install-docs: $(PY)
+	$(PIP) install -q -e ".[docs]"
+
+# --strict: a broken link, a page missing from the nav or a bad API reference stops the build. `make test` builds
+# the site the same way (tests/test_docs_site.py). NO_MKDOCS_2_WARNING silences Material's notice about MkDocs 2.
+docs: install-docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 demo: install
 	$(VENV)/bin/npformer demo
 
@@ -42,4 +51,4 @@ bench: install-test
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs build dist src/*.egg-info
+	rm -rf $(VENV) runs build dist site src/*.egg-info

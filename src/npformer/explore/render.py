@@ -25,7 +25,7 @@ def _page_file(name: str) -> str:
 
 
 def payload_json(payload: dict) -> str:
-    """The payload as JSON that is safe inside a <script> element (no '<', no U+2028/U+2029 raw)."""
+    """The payload as JSON that is safe inside a ``<script>`` element (no '<', no U+2028/U+2029 raw)."""
     if not isinstance(payload, dict):
         raise TypeError(f"payload: expected a dict (docs/EXPLORE_FORMAT.md), got {type(payload).__name__}")
     text = json.dumps(payload, separators=(",", ":"), allow_nan=False)

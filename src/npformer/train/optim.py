@@ -99,7 +99,7 @@ class Adam:
 
     # -- state, as a flat dict of arrays (saved with safetensors) -----------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{"step": int64 scalar, "exp_avg.<name>": m, "exp_avg_sq.<name>": v} (torch's names)."""
+        """``{"step": int64 scalar, "exp_avg.<name>": m, "exp_avg_sq.<name>": v}`` (torch's names)."""
         out: dict[str, np.ndarray] = {"step": np.array(self.t, dtype=np.int64)}
         for k in self.params:
             out[f"exp_avg.{k}"] = self.m[k]

@@ -2,6 +2,7 @@
 checkpoints, and exact resumption.
 
 One step:
+
     batch        = task.train_batch(data_rng, batch_size)
     loss, grads  = task.loss(model, batch, dropout_rng, label_smoothing)   (forward + backward)
     norm         = clip_by_global_norm(grads, clip_norm)
