@@ -6,7 +6,7 @@ import types
 
 import npformer.progress as progress_module
 from npformer.cli import main
-from npformer.progress import draws_bar, progress
+from npformer.progress import draws_bar, progress_display
 
 
 class Terminal(io.StringIO):
@@ -39,7 +39,7 @@ def test_only_a_terminal_or_a_kernel_draws_a_bar(tmp_path):
 
 def test_a_terminal_gets_the_bar_redrawn_in_place():
     term = Terminal()
-    with progress(200, "train copy", "step", file=term) as bar:
+    with progress_display(200, "train copy", "step", file=term) as bar:
         for _ in range(200):
             bar.update(1)
     text = term.getvalue()
@@ -48,7 +48,7 @@ def test_a_terminal_gets_the_bar_redrawn_in_place():
 
 def test_a_log_gets_one_line_per_tenth():
     log = io.StringIO()
-    bar = progress(1000, "train dates", "step", file=log)
+    bar = progress_display(1000, "train dates", "step", file=log)
     for i in range(1000):
         bar.set_postfix_str(f"loss {i}")
         bar.update(1)
@@ -62,7 +62,7 @@ def test_a_log_gets_one_line_per_tenth():
 
 def test_a_resumed_run_counts_from_where_it_was_and_says_where_it_stopped():
     log = io.StringIO()
-    bar = progress(1000, "train dates", "step", initial=450, file=log)
+    bar = progress_display(1000, "train dates", "step", initial=450, file=log)
     bar.update(50)                                               # 500: the first tenth passed since 450
     bar.update(240)                                              # 740: 0.6 and 0.7 pass at once, one line
     bar.update(1)                                                # 741: within the tenth, no line
@@ -74,7 +74,7 @@ def test_a_resumed_run_counts_from_where_it_was_and_says_where_it_stopped():
 
 def test_a_larger_step_than_a_tenth_and_a_tiny_total():
     log = io.StringIO()
-    with progress(3, "study heads", "step", file=log) as bar:    # 3 units: every update passes a tenth
+    with progress_display(3, "study heads", "step", file=log) as bar:    # 3 units: every update passes a tenth
         bar.update(2)
         bar.update(1)
     assert [ln.split(" in ")[0] for ln in log.getvalue().splitlines()] == [
@@ -85,7 +85,7 @@ def test_an_unknown_total_writes_a_line_a_minute(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(progress_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
     log = io.StringIO()
-    bar = progress(None, "train dates", "step", file=log)
+    bar = progress_display(None, "train dates", "step", file=log)
     for _ in range(10):                                          # 10 updates, 25 s apart: 250 s in all
         clock[0] += 25.0
         bar.update(1)
@@ -97,7 +97,7 @@ def test_an_unknown_total_writes_a_line_a_minute(monkeypatch):
 
 def test_disabled_shows_nothing_and_written_lines_go_to_stdout(capsys):
     log = io.StringIO()
-    bar = progress(10, "train copy", "step", file=log, enabled=False)
+    bar = progress_display(10, "train copy", "step", file=log, enabled=False)
     bar.update(10)
     bar.write("step 10: held-out loss 1.0")
     bar.close()

@@ -1,14 +1,14 @@
 """Progress of a long command, decided in one place: a bar where it can redraw itself, plain lines elsewhere.
 
-On a terminal (or in a Jupyter kernel, whose output also understands carriage returns) ``progress``
-gives tqdm's bar, as before. In a file or a pipe (CI, ``nohup``, ``make demo > log 2>&1``) a bar
-would leave hundreds of carriage-return updates, so ``Lines`` writes one plain line per tenth of the
-work instead, and one where it stopped early; when the total is unknown (a training budget in minutes),
-one line a minute. Lines that the command writes itself (``write``: a held-out evaluation) go to stdout
-in both cases, as ``tqdm.write`` sends them.
+On a terminal (or in a Jupyter kernel, whose output also understands carriage returns)
+``progress_display`` gives tqdm's bar, as before. In a file or a pipe (CI, ``nohup``,
+``make demo > log 2>&1``) a bar would leave hundreds of carriage-return updates, so ``Lines`` writes
+one plain line per tenth of the work instead, and one where it stopped early; when the total is
+unknown (a training budget in minutes), one line a minute. Lines that the command writes itself
+(``write``: a held-out evaluation) go to stdout in both cases, as ``tqdm.write`` sends them.
 
 Every command that shows progress (train, study, demo, embed, similar, ``SentenceEncoder.encode``)
-asks ``progress`` for its bar; ``--no-progress`` is ``enabled=False``.
+asks ``progress_display`` for its bar; ``--no-progress`` is ``enabled=False``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def draws_bar(stream) -> bool:
         return False
 
 
-def progress(total: int | None, desc: str, unit: str, *, enabled: bool = True, initial: int = 0,
+def progress_display(total: int | None, desc: str, unit: str, *, enabled: bool = True, initial: int = 0,
              file: TextIO | None = None):
     """A progress display for ``total`` units of work (None: unknown), ``initial`` of them already done,
     on ``file`` (default stderr): tqdm's bar where ``draws_bar``, else ``Lines``. Either has ``update(n)``,

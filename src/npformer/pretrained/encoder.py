@@ -222,7 +222,7 @@ class SentenceEncoder:
         n, results = self._run(sentences, batch_size, threads, embed)
         bar = None
         if progress:
-            from ..progress import progress as progress_display
+            from ..progress import progress_display
             bar = progress_display(n, "embedding", "sentence")
         out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
         for idx, emb in results:

@@ -141,13 +141,13 @@ def run_study(study: Study, opts: Options) -> Result:
     """Train every setting x seed, measure, write ``NAME.csv``, ``NAME.png`` and ``NAME.txt`` in
     ``opts.out``; returns the result. The runs train in a temporary directory, removed at the end."""
     from ..data.tasks import get_task
-    from ..progress import progress
+    from ..progress import progress_display
 
     settings = study.settings(get_task(opts.task).create(opts.sets.get("data")))
     check_options(study, opts, settings)
     opts.out.mkdir(parents=True, exist_ok=True)
     runs = [(s, seed) for s in settings for seed in range(opts.seeds)]
-    bar = progress(len(runs) * opts.steps, f"study {study.name}", "step", enabled=opts.progress)
+    bar = progress_display(len(runs) * opts.steps, f"study {study.name}", "step", enabled=opts.progress)
     rows: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix=f"npformer-study-{study.name}-") as tmp:

@@ -325,7 +325,7 @@ class Trainer:
             self.close()
 
     def _run(self, progress: bool, plot: bool, out) -> dict:
-        from ..progress import progress as progress_display
+        from ..progress import progress_display
 
         cfg = self.cfg
         self.model.train()
