@@ -2,7 +2,7 @@
 
 Layers, lowest first; a module may import its own layer and the layers below it:
 
-    settings, files  <  ops  <  functional  <  nn  <  models, pretrained  <  data  <  train, decode
+    settings, files  <  progress  <  ops  <  functional  <  nn  <  models, pretrained  <  data  <  train, decode
                      <  viz, explore  <  studies  <  lesson, learn  <  cli (and __main__)
 
 plus three rules: ``decode`` does not import ``data`` (training consumes tasks, decoding does not);
@@ -21,7 +21,7 @@ import npformer
 
 ROOT = Path(npformer.__file__).parent
 PKG = "npformer"
-LAYERS = [{"settings", "files"}, {"ops"}, {"functional"}, {"nn"}, {"models", "pretrained"}, {"data"},
+LAYERS = [{"settings", "files"}, {"progress"}, {"ops"}, {"functional"}, {"nn"}, {"models", "pretrained"}, {"data"},
           {"train", "decode"}, {"viz", "explore"}, {"studies"}, {"lesson", "learn"}, {"cli", "__main__"}]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 LEAVES = LAYERS[0]

@@ -108,8 +108,7 @@ def test_embed_input_errors_before_loading_the_model(tmp_path, capsys, monkeypat
 def test_embed_memory_does_not_grow_with_the_input(enc, tmp_path, capsys, monkeypatch):
     """Peak traced memory for 4N lines is that of N lines: one chunk (64 lines at --batch-size 4) is
     held at a time, never all lines, their token ids or the (lines, dim) output."""
-    import tqdm
-    tqdm.tqdm(total=1, file=io.StringIO()).close()            # 4N lines show a bar: its first costs not here
+    import npformer.progress  # noqa: F401                    4N lines show progress: its import costs not here
     monkeypatch.setattr(embed_cli, "load_encoder", lambda args: enc)
     n = 64
 

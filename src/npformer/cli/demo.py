@@ -49,7 +49,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="training seed (default 0)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
                    help="skip a step by name: lesson, train, translate, attention, tabletop, explore (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
 
 
 def banner(text: str) -> None:

@@ -143,8 +143,8 @@ def _embed_to(out: Path, args) -> tuple[int, int]:
         f.seek(start)
         bar = None
         if n >= PROGRESS_FROM:
-            from tqdm import tqdm
-            bar = files.enter_context(tqdm(total=n, unit="sentence", desc="embedding"))
+            from ..progress import progress_display
+            bar = files.enter_context(progress_display(n, "embedding", "sentence"))
         rows = 0
         with atomic_writer(out) as dst:                     # pass 2: embed a chunk at a time, append its rows
             header = {"descr": "<f4", "fortran_order": False, "shape": (n, enc.dim)}

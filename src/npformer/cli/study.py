@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("--task", metavar="TASK", help="the task to train (heads: dates or tabletop; default dates)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model, train or data setting of every run, e.g. train.lr=3e-3 (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
 
 
 def run(args) -> int:

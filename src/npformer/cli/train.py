@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
     p.add_argument("--force", action="store_true",
                    help="replace an existing run in --out (deletes only npformer's files; any other file there "
                         "stops it)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
     p.add_argument("--no-plot", action="store_true", help="do not draw curves.png")
     g = p.add_argument_group("the torch engine (needs PyTorch: pip install 'npformer[torch]')")
     g.add_argument("--engine", choices=("numpy", "torch"), default="numpy",

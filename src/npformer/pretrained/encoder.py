@@ -205,7 +205,7 @@ class SentenceEncoder:
         """Texts -> embeddings (N, dim) float32, in input order.
 
         normalize: L2-normalise the rows; None follows the directory (its Normalize module).
-        progress: show a tqdm bar.
+        progress: show the progress on stderr (a bar on a terminal, a line per tenth in a log).
         threads: how many batches' pieces run at once; None: as many as numpy's BLAS threads.
         Small work (``SMALL_WORK_TOKENS`` tokens in all, e.g. one query) runs on one thread with the
         BLAS on one thread, whatever ``threads`` says.
@@ -222,8 +222,8 @@ class SentenceEncoder:
         n, results = self._run(sentences, batch_size, threads, embed)
         bar = None
         if progress:
-            from tqdm import tqdm
-            bar = tqdm(total=n, unit="sentence", desc="embedding")
+            from ..progress import progress_display
+            bar = progress_display(n, "embedding", "sentence")
         out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
         for idx, emb in results:
             out[idx] = emb

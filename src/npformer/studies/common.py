@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -141,16 +140,14 @@ def start_run(opts: Options, setting: Setting, seed: int, run_dir: Path):
 def run_study(study: Study, opts: Options) -> Result:
     """Train every setting x seed, measure, write ``NAME.csv``, ``NAME.png`` and ``NAME.txt`` in
     ``opts.out``; returns the result. The runs train in a temporary directory, removed at the end."""
-    from tqdm.auto import tqdm
-
     from ..data.tasks import get_task
+    from ..progress import progress_display
 
     settings = study.settings(get_task(opts.task).create(opts.sets.get("data")))
     check_options(study, opts, settings)
     opts.out.mkdir(parents=True, exist_ok=True)
     runs = [(s, seed) for s in settings for seed in range(opts.seeds)]
-    bar = tqdm(total=len(runs) * opts.steps, unit="step", desc=f"study {study.name}", file=sys.stderr,
-               disable=not opts.progress, dynamic_ncols=True, mininterval=0.5)
+    bar = progress_display(len(runs) * opts.steps, f"study {study.name}", "step", enabled=opts.progress)
     rows: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix=f"npformer-study-{study.name}-") as tmp:

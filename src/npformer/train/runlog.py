@@ -84,7 +84,8 @@ class StepLog:
 
 
 class Progress:
-    """The tqdm bar, showing a running mean of the loss, the rate and the recent tokens per second."""
+    """The run's progress (``npformer.progress``: a bar, or plain lines in a log), showing a running mean of
+    the loss, the learning rate and the recent tokens per second."""
 
     def __init__(self, bar) -> None:
         self.bar, self.ema, self.tokens, self.seconds = bar, None, 0.0, 0.0

@@ -315,7 +315,8 @@ class Trainer:
         """Train until the budget ends; returns metrics.json's content. Raises TrainingDiverged on a
         non-finite loss or gradient, KeyboardInterrupt after saving on Ctrl-C, WriteError when a file
         cannot be written (the last checkpoint stays). The directory's lock is given back at the end.
-        progress: show the tqdm bar (on ``out``, default stderr); plot: draw curves.png at the end."""
+        progress: show the progress (on ``out``, default stderr: a bar on a terminal, a line per tenth of the
+        steps in a file or a pipe; ``npformer.progress``); plot: draw curves.png at the end."""
         if self.lock is None:                                            # a second run() of this Trainer
             self.lock = RunLock(self.out)
         try:
@@ -325,13 +326,13 @@ class Trainer:
             self.close()
 
     def _run(self, progress: bool, plot: bool, out) -> dict:
-        from tqdm.auto import tqdm
+        from ..progress import progress_display
 
         cfg = self.cfg
         self.model.train()
         deadline = time.monotonic() + cfg.minutes * 60.0 if cfg.minutes is not None else math.inf
-        bar = Progress(tqdm(total=cfg.steps, initial=self.step, disable=not progress, unit="step",
-                             dynamic_ncols=True, desc=f"train {self.task.name}", file=out, mininterval=0.5))
+        bar = Progress(progress_display(cfg.steps, f"train {self.task.name}", "step", enabled=progress,
+                                        initial=self.step, file=out))
         log = StepLog(self.out / LOG)
         try:
             with _blas_threads(cfg.blas_threads):                        # for the steps and the evaluations
