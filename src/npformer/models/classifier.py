@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Linear, Module, add_grads, padding_mask
+from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import encoder_stack, init_model, sequence_loss, token_embeddings
 from .config import BlockConfig, check_choice, check_ids, check_int, check_pad_id, check_rng
 
@@ -49,6 +49,12 @@ class EncoderClassifierConfig(BlockConfig):
 
 class EncoderClassifier(Module):
     """Sequence classifier or token tagger over a Transformer encoder."""
+
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: EncoderClassifierConfig
+    embed: Embeddings
+    encoder: Encoder
+    head: Linear
 
     def __init__(self, config: EncoderClassifierConfig, rng: np.random.Generator | int = 0,
                  dtype=np.float32) -> None:

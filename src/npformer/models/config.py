@@ -55,6 +55,14 @@ class BlockConfig(Config):
     positional and final_norm, are checked in one place, and the final norm's default is derived here.
     Last, the model's size (``check_size``): every config calls this after checking its int fields."""
 
+    # the fields every block config has (its dataclass defines them); declared here for the checks below
+    d_model: int
+    n_heads: int
+    dropout: float
+    eps: float
+    activation: str
+    norm_first: bool
+
     def check_block_fields(self) -> None:
         check_heads(self.d_model, self.n_heads)
         check_float("dropout", self.dropout, 0.0, 1.0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Linear, Module, add_grads, padding_mask
+from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import (
     encoder_stack,
     init_model,
@@ -55,6 +55,12 @@ class DecoderLMConfig(BlockConfig):
 
 class DecoderLM(Module):
     """Causal language model: predicts token t + 1 from tokens 0..t."""
+
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: DecoderLMConfig
+    embed: Embeddings
+    blocks: Encoder
+    generator: Linear                                # untied output only
 
     def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
         c, rng = init_model(self, config, DecoderLMConfig, rng)

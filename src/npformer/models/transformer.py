@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..nn import Embeddings, Linear, Module, TransformerStack, add_grads, padding_mask
+from ..nn import Decoder, Embeddings, Encoder, Linear, Module, TransformerStack, add_grads, padding_mask
 from .blocks import (
     decoder_stack,
     encoder_stack,
@@ -71,6 +71,15 @@ class TransformerConfig(BlockConfig):
 
 class Transformer(Module):
     """Encoder-decoder Transformer. ``Transformer(TransformerConfig())`` is the paper's base model."""
+
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: TransformerConfig
+    embed: Embeddings                                 # shared embeddings only
+    src_embed: Embeddings                             # unshared only
+    tgt_embed: Embeddings                             # unshared only
+    encoder: Encoder
+    decoder: Decoder
+    generator: Linear                                # untied output only
 
     def __init__(self, config: TransformerConfig | None = None, rng: np.random.Generator | int = 0,
                  dtype=np.float32) -> None:

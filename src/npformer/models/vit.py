@@ -58,6 +58,12 @@ class ViTConfig(BlockConfig):
 
 
 class ViT(Module):
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: ViTConfig
+    patch_embed: PatchEmbedding
+    encoder: Encoder
+    head: Linear
+
     def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
         c, rng = init_model(self, config, ViTConfig, rng)
         self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,

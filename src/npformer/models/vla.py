@@ -108,6 +108,18 @@ class VLAConfig(BlockConfig):
 
 
 class VLA(Module):
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: VLAConfig
+    text_proj: Linear                                # frozen MiniLM states only
+    text_dropout: Dropout                            # frozen MiniLM states only
+    word_embed: Embeddings                           # own word table only
+    patch_embed: PatchEmbedding
+    type_embed: Embedding
+    encoder: Encoder
+    pick_head: Linear
+    place_head: Linear
+    cell_key: Linear                                 # place by keys only
+
     WORD, PATCH = 0, 1             # rows of type_embed
 
     def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:

@@ -56,6 +56,9 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 class MultiHeadAttention(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    out_proj: Linear
+
     # When True, backward also returns d loss / d weights (B, H, Tq, Tk) in grads under "attention_weights"
     # (not a parameter): npformer.explore sets it for one backward to compute Chefer et al.'s relevance.
     report_weights_grad = False

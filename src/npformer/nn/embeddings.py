@@ -18,6 +18,11 @@ from .module import Module
 
 
 class Embeddings(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    tok: Embedding
+    pos: Embedding                                # learned positions only
+    dropout: Dropout
+
     def __init__(self, vocab_size: int, d_model: int, max_len: int = 512, positional: str = "sinusoidal",
                  scale: bool = True, dropout: float = 0.1, rng: np.random.Generator | None = None,
                  dtype=np.float32) -> None:

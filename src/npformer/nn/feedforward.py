@@ -18,6 +18,11 @@ ACTIVATIONS = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gel
 
 
 class FeedForward(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    linear1: Linear
+    dropout: Dropout
+    linear2: Linear
+
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
                  rng: np.random.Generator | None = None, dtype=np.float32) -> None:
         super().__init__()

@@ -27,6 +27,17 @@ class _Block(Module):
     Dropout per sub-layer (``norm{i}``/``dropout{i}``, i = 1 .. number of sub-layers).
     The rng draws self_attn, [multihead_attn,] ffn in that order: the order fixes what a seed gives."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    self_attn: MultiHeadAttention
+    multihead_attn: MultiHeadAttention               # cross only
+    ffn: FeedForward
+    norm1: LayerNorm
+    norm2: LayerNorm
+    norm3: LayerNorm                                 # cross only
+    dropout1: Dropout
+    dropout2: Dropout
+    dropout3: Dropout                                # cross only
+
     cross = False                                                  # DecoderLayer: attends to a memory too
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,

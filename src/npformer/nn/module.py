@@ -12,9 +12,11 @@ children's grads under the child's name with ``add_grads``.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TypeVar
 
 import numpy as np
+
+M = TypeVar("M", bound="Module")
 
 
 def add_grads(into: dict, grads: dict, prefix: str) -> dict:
@@ -62,7 +64,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no backward")
 
     # -- tree -----------------------------------------------------------------
-    def add_module(self, name: str, module: "Module") -> "Module":
+    def add_module(self, name: str, module: M) -> M:
         self._children[name] = module
         object.__setattr__(self, name, module) if name.isidentifier() else None
         return module

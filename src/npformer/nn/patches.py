@@ -46,6 +46,9 @@ def patches_to_image(patches: np.ndarray, h: int, w: int, c: int, p: int) -> np.
 class PatchEmbedding(Module):
     """(B, H, W, C) images -> (B, T, E) tokens: patches projected, [CLS] prepended, positions added."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    dropout: Dropout
+
     def __init__(self, image_size: int | tuple[int, int], patch_size: int, in_channels: int, d_model: int,
                  cls_token: bool = True, positional: str = "learned", dropout: float = 0.0,
                  rng: np.random.Generator | None = None, dtype=np.float32) -> None:

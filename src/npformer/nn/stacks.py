@@ -15,6 +15,9 @@ from .module import Module, ModuleList, add_grads
 class _Stack(Module):
     """N layers of one type (``layer_type``), then an optional final LayerNorm ``norm``."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    layers: ModuleList
+
     layer_type: type[EncoderLayer] | type[DecoderLayer]
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,

@@ -18,6 +18,10 @@ from .stacks import Decoder, Encoder
 
 
 class TransformerStack(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    encoder: Encoder
+    decoder: Decoder
+
     def __init__(self, d_model: int = 512, n_heads: int = 8, n_encoder_layers: int = 6,
                  n_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool = True,
