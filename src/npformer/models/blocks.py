@@ -13,14 +13,19 @@ Dimension legend: B batch, T positions, E model width, V vocabulary.
 """
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 
 from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads
 from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
-from .config import check_float, make_rng
+from .config import BlockConfig, check_float, make_rng
+
+C = TypeVar("C")
 
 
-def init_model(model: Module, config, config_cls: type, rng) -> tuple:
+def init_model(model: Module, config: object, config_cls: type[C], rng: np.random.Generator | int
+               ) -> tuple[C, np.random.Generator]:
     """The first lines of every model's ``__init__``: ``Module.__init__``, a TypeError unless
     ``config`` is a ``config_cls``, ``model.config = config``. Returns (config, Generator)."""
     Module.__init__(model)
@@ -28,7 +33,7 @@ def init_model(model: Module, config, config_cls: type, rng) -> tuple:
         name = config_cls.__name__
         article = "an" if name[0] in "AEIOU" else "a"
         raise TypeError(f"config must be {article} {name}, got {type(config).__name__}")
-    model.config = config
+    model.config = config  # type: ignore[attr-defined]  # each model class declares its own config's type
     return config, make_rng(rng)
 
 
@@ -38,7 +43,7 @@ def token_embeddings(c, vocab_size: int, max_len: int, rng: np.random.Generator,
                       dtype=dtype)
 
 
-def _layer_args(c) -> tuple:
+def _layer_args(c: BlockConfig) -> tuple[int, int, int, float, str, bool, bool, float]:
     """The block hyper-parameters every layer of a stack takes, in Encoder/Decoder's order."""
     return c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first, c.use_final_norm, c.eps
 

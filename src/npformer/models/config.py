@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,6 +26,8 @@ MAX_LAYERS = 1024                   # layers in one stack: each is a dozen array
 
 class Config:
     """Mixin for dataclass configs: ``to_dict``/``from_dict`` and ``save_json``/``load_json``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]   # set by @dataclass on every subclass
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -58,6 +61,7 @@ class BlockConfig(Config):
     # the fields every block config has (its dataclass defines them); declared here for the checks below
     d_model: int
     n_heads: int
+    d_ff: int
     dropout: float
     eps: float
     activation: str

@@ -18,6 +18,7 @@ V target vocabulary, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -98,11 +99,11 @@ class Transformer(Module):
 
     @property
     def src_embedding(self) -> Embeddings:
-        return self._children[self._src_name]
+        return cast(Embeddings, self._children[self._src_name])
 
     @property
     def tgt_embedding(self) -> Embeddings:
-        return self._children[self._tgt_name]
+        return cast(Embeddings, self._children[self._tgt_name])
 
     @property
     def stack(self) -> TransformerStack:

@@ -110,7 +110,7 @@ class MultiHeadAttention(Module):
             q_all, _ = linear_forward(x_q, w[:e], b[:e])           # (B, Tq, E)
             q = split_heads(q_all, h)                              # (B, H, Tq, D)
             k, v = kv
-            proj_cache = None
+            proj_cache: tuple | None = None
         elif x_kv is None:
             qkv, proj_cache = linear_forward(x_q, w, b)            # (B, T, 3E)
             q, k, v = (split_heads(qkv[..., i * e:(i + 1) * e], h) for i in range(3))
@@ -123,6 +123,7 @@ class MultiHeadAttention(Module):
             proj_cache = (cq, ckv)
         p = self.dropout if self.training else 0.0
         if use_tiled(need_weights, self.training, q.shape[-2], k.shape[-2]):
+            att_cache: FlashAttentionCache | tuple
             heads, att_cache = flash_attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
                                                        dropout_p=p, rng=rng)  # (B, H, Tq, D)
         else:

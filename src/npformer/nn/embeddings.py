@@ -37,7 +37,7 @@ class Embeddings(Module):
         if positional == "learned":
             self.add_module("pos", Embedding(max_len, d_model, rng=rng, dtype=dtype, std=0.02))
         self.add_module("dropout", Dropout(dropout))
-        self._pe = None
+        self._pe: np.ndarray | None = None
 
     @property
     def vocab_size(self) -> int:

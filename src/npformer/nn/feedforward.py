@@ -8,13 +8,18 @@ Dimension legend: ``...`` leading dims, E model width, F inner width (d_ff).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from ..ops import gelu_backward, gelu_forward, relu_backward, relu_forward
 from .basic import Dropout, Linear
 from .module import Module, add_grads
 
-ACTIVATIONS = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+# name -> (forward(x) -> (y, cache), backward(dy, cache) -> dx)
+ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
 
 
 class FeedForward(Module):

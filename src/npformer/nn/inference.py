@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .basic import LayerNorm, Linear
     from .feedforward import FeedForward
     from .layers import EncoderLayer
+    from .module import Module
     from .stacks import Encoder
 
 
@@ -59,7 +60,7 @@ def linear_packed(linear: Linear, x: np.ndarray, out: np.ndarray | None = None,
     return y
 
 
-def transposed_weights(module) -> dict:
+def transposed_weights(module: Module) -> dict:
     """{Linear or MultiHeadAttention inside ``module``: its weight transposed, (I, O) C-contiguous}.
 
     Why: ``x @ W.T`` hands the BLAS a transposed operand, and OpenBLAS's float32 products on few
@@ -70,7 +71,7 @@ def transposed_weights(module) -> dict:
     from .attention import MultiHeadAttention
     from .basic import Linear
 
-    out = {}
+    out: dict[Module, np.ndarray] = {}
     for _, m in module.modules():
         if isinstance(m, Linear):
             out[m] = np.ascontiguousarray(m.params["weight"].T)      # (I, O)
