@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -119,6 +119,8 @@ class Task:
     @dataclass
     class Settings:                             # the task's data settings (none by default)
         pass
+
+    settings: Any                               # each subclass declares its own Settings here
 
     def __init__(self, settings=None) -> None:
         self.settings = settings if settings is not None else self.Settings()
