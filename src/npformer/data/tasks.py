@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ..settings import from_dict as settings_from_dict
+
+if TYPE_CHECKING:
+    from ..models.config import Config
+    from ..nn import Module
+
 
 # -- the registry ---------------------------------------------------------------------------------
 # Two tables, resolved lazily with importlib: a module is imported when its entry is first asked for,
@@ -82,8 +88,8 @@ def register_model_kind(kind: str, config_cls, model_cls) -> None:
     MODEL_KINDS[kind] = (config_cls, model_cls)
 
 
-def model_kind_classes(kind: str) -> tuple[type, type]:
-    """(config class, model class) of a model kind."""
+def model_kind_classes(kind: str) -> tuple[type[Config], Callable[..., Module]]:
+    """(config class, model class) of a model kind; the model class is called as cls(config, rng=, dtype=)."""
     return _resolve(MODEL_KINDS, "model kind", kind)
 
 

@@ -18,6 +18,8 @@ torch is imported inside the functions: importing this file never needs it.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..nn import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Module, MultiHeadAttention
@@ -171,6 +173,7 @@ def _stack_from_torch(stack, where: str, decoder: bool):
     for i, layer in enumerate(layers):
         out.layers.add_module(str(i), layer)
     if norm is not None:
+        assert out.norm is not None                                # built with final_norm
         out.norm.params["weight"][...] = norm.weight.detach().cpu().numpy()
         out.norm.params["bias"][...] = norm.bias.detach().cpu().numpy()
     return out
@@ -189,6 +192,7 @@ def from_torch(module):
     """
     torch = _import_torch("from_torch")
     nn = torch.nn
+    out: Module
     if isinstance(module, nn.MultiheadAttention):
         out = _mha_from_torch(module)
     elif isinstance(module, nn.TransformerEncoderLayer):
@@ -299,7 +303,7 @@ def _stack_to_torch(stack, decoder: bool):
 def _transformer_stack_to_torch(stack: TransformerStack):
     torch = _import_torch("to_torch")
     enc, dec = _stack_to_torch(stack.encoder, False), _stack_to_torch(stack.decoder, True)
-    first = stack.encoder.layers[0]
+    first = cast(EncoderLayer, stack.encoder.layers[0])
     out = torch.nn.Transformer(first.self_attn.d_model, first.self_attn.n_heads, custom_encoder=enc,
                                custom_decoder=dec, batch_first=True, norm_first=first.norm_first,
                                dtype=_torch_dtype(stack))

@@ -87,6 +87,7 @@ class Progress:
     """The tqdm bar, showing a running mean of the loss, the rate and the recent tokens per second."""
 
     def __init__(self, bar) -> None:
+        self.ema: float | None
         self.bar, self.ema, self.tokens, self.seconds = bar, None, 0.0, 0.0
 
     def update(self, loss: float, lr: float, tokens: int, seconds: float) -> None:
