@@ -12,8 +12,10 @@ Dimension legend: B batch, T positions, E model width, V vocabulary, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import (
@@ -70,17 +72,18 @@ class DecoderLM(Module):
             self.add_module("generator", Linear(c.d_model, c.vocab_size, rng=rng, dtype=dtype))
 
     # -- public boundary ------------------------------------------------------------------------
-    def check_inputs(self, ids, rng=None, name: str = "ids") -> np.ndarray:
+    def check_inputs(self, ids: ArrayLike, rng: np.random.Generator | None = None, name: str = "ids") -> np.ndarray:
         """Validate ids (integer, (B, T), inside the vocabulary, T <= max_len) and the rng."""
         c = self.config
         check_rng(self, rng, c.dropout)
         return check_ids(ids, name, c.vocab_size, c.max_len, c.positional)
 
-    def forward(self, ids, rng=None):
+    def forward(self, ids: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """ids (B, T) int -> (logits (B, T, V), cache)."""
         return self._forward(self.check_inputs(ids, rng), rng)
 
-    def loss(self, ids_in, ids_out, label_smoothing: float = 0.0, rng=None):
+    def loss(self, ids_in: np.ndarray, ids_out: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Next-token cross-entropy (targets equal to pad_id ignored) and its gradients.
         ids_out is ids_in shifted left by one. Returns (loss float, grads)."""
         ids_in = self.check_inputs(ids_in, rng, "ids_in")
@@ -99,11 +102,11 @@ class DecoderLM(Module):
         logits, c_out = self.project_output(h)                              # (B, T, V)
         return logits, (c_emb, c_blocks, c_out)
 
-    def project_output(self, h: np.ndarray):
+    def project_output(self, h: np.ndarray) -> tuple[np.ndarray, Any]:
         """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
         return output_forward(h, self.embed, getattr(self, "generator", None))
 
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, T, V) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
         grads one entry per state_dict() key."""
         c_emb, c_blocks, c_out = cache
@@ -115,6 +118,6 @@ class DecoderLM(Module):
         lookup_backward(grads, self.embed, "embed", dx, c_emb)
         return {"embeddings": dx}, grads
 
-    def attention_weights(self, cache) -> list[dict]:
+    def attention_weights(self, cache: Any) -> list[dict]:
         """One {"self": (B, H, T, T)} per block."""
         return self.blocks.attention_weights(cache[1])

@@ -18,6 +18,7 @@ True keeps the weights (exact); False does not need them (tiled once Tq * Tk rea
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class MultiHeadAttention(Module):
         self.out_proj.params["bias"][...] = 0
 
     # -- projections ----------------------------------------------------------------------
-    def project_kv(self, x_kv: np.ndarray):
+    def project_kv(self, x_kv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keys and values of x_kv, split into heads: (k, v), each (B, H, Tk, D).
         Decoding caches these (the encoder memory's never change)."""
         e = self.d_model
@@ -85,15 +86,17 @@ class MultiHeadAttention(Module):
         kv, _ = linear_forward(x_kv, w[e:], b[e:])                 # (B, Tk, 2E)
         return split_heads(kv[..., :e], self.n_heads), split_heads(kv[..., e:], self.n_heads)
 
-    def project_qkv(self, x: np.ndarray):
+    def project_qkv(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """Self-attention's q, k, v from one matrix product: each (B, H, T, D)."""
         e = self.d_model
         qkv, _ = linear_forward(x, self.params["in_proj_weight"], self.params["in_proj_bias"])  # (B, T, 3E)
         return tuple(split_heads(qkv[..., i * e:(i + 1) * e], self.n_heads) for i in range(3))
 
     # -- op pair ----------------------------------------------------------------------------
-    def forward(self, x_q, x_kv=None, mask=None, bias=None, causal=False, rng=None, kv=None,
-                need_weights: bool | None = None):
+    def forward(self, x_q: np.ndarray, x_kv: np.ndarray | None = None, mask: np.ndarray | None = None,
+                bias: np.ndarray | None = None, causal: bool = False, rng: np.random.Generator | None = None,
+                kv: tuple[np.ndarray, np.ndarray] | None = None,
+                need_weights: bool | None = None) -> tuple[np.ndarray, Any]:
         """x_q (B, Tq, E); x_kv (B, Tk, E) for cross-attention, None for self-attention.
 
         mask: bool, broadcastable to (B, H, Tq, Tk), True = may attend.
@@ -135,20 +138,20 @@ class MultiHeadAttention(Module):
         return out, cache
 
     @staticmethod
-    def attention_weights(cache) -> np.ndarray:
+    def attention_weights(cache: Any) -> np.ndarray:
         """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
         _check_weights_kept(cache[2])
         return cache[2][3]
 
     @staticmethod
-    def attention_parts(cache) -> tuple:
+    def attention_parts(cache: Any) -> tuple:
         """(q, k, v, weights, scale) of a forward cache, as the attention op used them: q (B, H, Tq, D),
         k and v (B, H, Tk, D), weights (B, H, Tq, Tk) before attention dropout, scale (1/sqrt(D))."""
         _check_weights_kept(cache[2])
         q, k, v, weights, _, scale = cache[2]
         return q, k, v, weights, scale
 
-    def backward(self, dout, cache):
+    def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
         is_self, proj_cache, att_cache, out_cache = cache
         if proj_cache is None:
@@ -169,6 +172,7 @@ class MultiHeadAttention(Module):
         if is_self:
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)
+            assert db is not None                                  # in_proj has a bias
             grads["in_proj_weight"], grads["in_proj_bias"] = dw, db
             return (dx, None), grads
         cq, ckv = proj_cache

@@ -6,6 +6,7 @@ trains like a freshly made torch one; every rng is explicit.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -28,10 +29,10 @@ class Linear(Module):
         if bias:
             self.params["bias"] = rng.uniform(-bound, bound, (out_features,)).astype(dtype)
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Any]:
         return linear_forward(x, self.params["weight"], self.params.get("bias"))
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         dx, dw, db = linear_backward(dy, cache)
         grads = {"weight": dw}
         if db is not None:
@@ -46,10 +47,10 @@ class LayerNorm(Module):
         self.params["weight"] = np.ones(d, dtype=dtype)
         self.params["bias"] = np.zeros(d, dtype=dtype)
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> tuple[np.ndarray, Any]:
         return layernorm_forward(x, self.params["weight"], self.params["bias"], self.eps)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         dx, dw, db = layernorm_backward(dy, cache)
         return dx, {"weight": dw, "bias": db}
 
@@ -67,10 +68,11 @@ class Embedding(Module):
     def num_embeddings(self) -> int:
         return self.params["weight"].shape[0]
 
-    def forward(self, ids):
+    def forward(self, ids: np.ndarray) -> tuple[np.ndarray, Any]:
         return embedding_forward(ids, self.params["weight"])
 
-    def backward(self, dout, cache, dweight=None):
+    def backward(self, dout: np.ndarray, cache: Any,
+                 dweight: np.ndarray | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         """dweight: a gradient of the table to add into in place (a tied projection's); None: zeros."""
         return None, {"weight": embedding_backward(dout, cache, dweight)}
 
@@ -84,9 +86,10 @@ class Dropout(Module):
             raise ValueError(f"dropout must be in [0, 1), got {p}")
         self.p = p
 
-    def forward(self, x, rng=None, out=None):
+    def forward(self, x: np.ndarray, rng: np.random.Generator | None = None,
+                out: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
         """out: may be x itself, to drop in place (x fresh and needed no more by the caller)."""
         return dropout_forward(x, self.p, rng, training=self.training and self.p > 0, out=out)
 
-    def backward(self, dy, cache, out=None):
+    def backward(self, dy: np.ndarray, cache: Any, out: np.ndarray | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         return dropout_backward(dy, cache, out), {}

@@ -9,8 +9,10 @@ Dimension legend: B batch, T positions, V vocabulary, E model width.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import sinusoidal_positions
 from .basic import Dropout, Embedding
@@ -43,7 +45,7 @@ class Embeddings(Module):
     def vocab_size(self) -> int:
         return self.tok.num_embeddings
 
-    def positions(self, t: int, offset: int = 0, dtype=np.float32) -> np.ndarray:
+    def positions(self, t: int, offset: int = 0, dtype: DTypeLike = np.float32) -> np.ndarray:
         """(T, E) position vectors for positions offset .. offset + T - 1."""
         if offset + t > self.max_len:
             raise ValueError(f"sequence of length {offset + t} is longer than max_len {self.max_len}")
@@ -55,7 +57,8 @@ class Embeddings(Module):
             self._pe = sinusoidal_positions(self.max_len, self.d_model, dtype)
         return self._pe[offset:offset + t]
 
-    def forward(self, ids: np.ndarray, rng=None, offset: int = 0):
+    def forward(self, ids: np.ndarray, rng: np.random.Generator | None = None,
+                offset: int = 0) -> tuple[np.ndarray, Any]:
         """ids (B, T) int -> (x (B, T, E), cache). ``offset`` shifts positions (KV-cache decoding)."""
         b, t = ids.shape
         e, ce = self.tok.forward(ids)                               # (B, T, E)
@@ -64,7 +67,7 @@ class Embeddings(Module):
         x, cd = self.dropout.forward(x, rng)
         return x, (ce, cd, t, offset)
 
-    def backward(self, dx, cache, dtok=None):
+    def backward(self, dx: np.ndarray, cache: Any, dtok: np.ndarray | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns (None, grads): ids have no gradient.
 
         dtok: the token table's gradient so far, (V, E), e.g. a tied output projection's; the

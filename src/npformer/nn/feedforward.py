@@ -39,7 +39,7 @@ class FeedForward(Module):
         self.add_module("dropout", Dropout(dropout))
         self.add_module("linear2", Linear(d_ff, d_model, rng=rng, dtype=dtype))
 
-    def forward(self, x, rng=None):
+    def forward(self, x: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         act_f, _ = ACTIVATIONS[self.activation]
         h, c1 = self.linear1.forward(x)                            # (..., F)
         a, ca = act_f(h)                                           # (..., F)
@@ -47,7 +47,7 @@ class FeedForward(Module):
         y, c2 = self.linear2.forward(a)                            # (..., E)
         return y, (c1, ca, cd, c2)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         c1, ca, cd, c2 = cache
         _, act_b = ACTIVATIONS[self.activation]
         grads: dict = {}

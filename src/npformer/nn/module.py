@@ -12,9 +12,10 @@ children's grads under the child's name with ``add_grads``.
 """
 from __future__ import annotations
 
-from typing import Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 M = TypeVar("M", bound="Module")
 
@@ -38,7 +39,7 @@ class Module:
         self.training: bool = True
 
     # -- the op pair: one calling convention for every module and model ----------------------
-    def forward(self, *inputs, **options):
+    def forward(self, *inputs: Any, **options: Any) -> tuple[Any, Any]:
         """``forward(*inputs, ...) -> (out, cache)``.
 
         The cache holds what ``backward`` needs and is returned, never stored on ``self``, so one
@@ -47,7 +48,7 @@ class Module:
         """
         raise NotImplementedError(f"{type(self).__name__} has no forward")
 
-    def backward(self, dout, cache):
+    def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """``backward(dout, cache) -> (dinputs, grads)``.
 
         grads: a flat dict of the parameters' gradients, keyed as ``state_dict()`` relative to
@@ -109,7 +110,7 @@ class Module:
             return v.dtype
         return np.dtype(np.float32)
 
-    def astype(self, dtype) -> "Module":
+    def astype(self, dtype: DTypeLike) -> "Module":
         """Convert every parameter to ``dtype`` (float32 to train, float64 to verify). Returns self."""
         for _, mod in self.modules():
             for k in list(mod.params):

@@ -5,6 +5,8 @@ Dimension legend: B batch, S source positions, T target positions, E model width
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .basic import LayerNorm
@@ -41,7 +43,7 @@ class _Stack(Module):
             x, cn = self.norm.forward(x)
         return x, (caches, cn)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Encoder: (dx, grads). Decoder: ((dx, dmemory), grads); every layer reads the same
         memory, so dmemory sums the gradients of all the cross-attentions."""
         caches, cn = cache
@@ -61,7 +63,7 @@ class _Stack(Module):
         return ((dy, dmemory) if self.layer_type.cross else dy), grads
 
     @classmethod
-    def attention_weights(cls, cache) -> list[dict]:
+    def attention_weights(cls, cache: Any) -> list[dict]:
         """One dict per layer: {'self': (B, H, S, S)} (Encoder), {'self', 'cross': (B, H, T, S)} (Decoder)."""
         return [cls.layer_type.attention_weights(c) for c in cache[0]]
 
@@ -69,7 +71,8 @@ class _Stack(Module):
 class Encoder(_Stack):
     layer_type = EncoderLayer
 
-    def forward(self, x, mask=None, bias=None, causal=False, rng=None):
+    def forward(self, x: np.ndarray, mask: np.ndarray | None = None, bias: np.ndarray | None = None,
+                causal: bool = False, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """x (B, S, E) -> (y (B, S, E), cache)."""
         return self._forward(x, mask, bias, causal, rng)
 
@@ -77,7 +80,9 @@ class Encoder(_Stack):
 class Decoder(_Stack):
     layer_type = DecoderLayer
 
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None, tgt_bias=None, memory_bias=None,
-                causal=True, rng=None):
+    def forward(self, x: np.ndarray, memory: np.ndarray, tgt_mask: np.ndarray | None = None,
+                memory_mask: np.ndarray | None = None, tgt_bias: np.ndarray | None = None,
+                memory_bias: np.ndarray | None = None, causal: bool = True,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """x (B, T, E), memory (B, S, E) -> (y (B, T, E), cache)."""
         return self._forward(x, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)
