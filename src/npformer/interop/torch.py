@@ -18,8 +18,6 @@ torch is imported inside the functions: importing this file never needs it.
 """
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 
 from ..nn import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Module, MultiHeadAttention
@@ -303,7 +301,7 @@ def _stack_to_torch(stack, decoder: bool):
 def _transformer_stack_to_torch(stack: TransformerStack):
     torch = _import_torch("to_torch")
     enc, dec = _stack_to_torch(stack.encoder, False), _stack_to_torch(stack.decoder, True)
-    first = cast(EncoderLayer, stack.encoder.layers[0])
+    first = stack.encoder.layers[0]
     out = torch.nn.Transformer(first.self_attn.d_model, first.self_attn.n_heads, custom_encoder=enc,
                                custom_decoder=dec, batch_first=True, norm_first=first.norm_first,
                                dtype=_torch_dtype(stack))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import encoder_stack, init_model, sequence_loss, token_embeddings
@@ -59,7 +59,7 @@ class EncoderClassifier(Module):
     head: Linear
 
     def __init__(self, config: EncoderClassifierConfig, rng: np.random.Generator | int = 0,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, EncoderClassifierConfig, rng)
         self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
         self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
@@ -99,7 +99,7 @@ class EncoderClassifier(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
-    def _forward(self, ids, rng):
+    def _forward(self, ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         c = self.config
         keys = padding_mask(ids, c.pad_id) if c.pad_id >= 0 else None      # (B, 1, 1, T)
         x, c_emb = self.embed.forward(ids, rng)                             # (B, T, E)

@@ -97,7 +97,7 @@ class BlockConfig(Config):
 # Each model's count is its __init__ read as arithmetic; tests/test_fuzz_loaders.py checks every one
 # against the built model's num_parameters() over many configs.
 
-def _stack(c, n_layers: int, cross: bool) -> int:
+def _stack(c: Any, n_layers: int, cross: bool) -> int:
     """Parameters of n encoder layers (decoder layers with ``cross``) and the stack's final norm."""
     e, f = c.d_model, c.d_ff
     attention = 4 * e * e + 4 * e               # in_proj (3E, E) + (3E,), out_proj (E, E) + (E,)
@@ -111,19 +111,19 @@ def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
 
-def _tokens(c, vocab_size: int, max_len: int, positional: str) -> int:
+def _tokens(c: Any, vocab_size: int, max_len: int, positional: str) -> int:
     """nn.Embeddings: the token table, and the position table when positions are learned."""
     return vocab_size * c.d_model + (max_len * c.d_model if positional == "learned" else 0)
 
 
-def _patches(c, cls_token: bool, positional: str) -> int:
+def _patches(c: Any, cls_token: bool, positional: str) -> int:
     """nn.PatchEmbedding: the patch projection (a conv's weight and bias), [CLS], learned positions."""
     e, n_tokens = c.d_model, (c.image_size // c.patch_size) ** 2 + int(cls_token)
     return (e * c.in_channels * c.patch_size ** 2 + e + (e if cls_token else 0)
             + (n_tokens * e if positional == "learned" else 0))
 
 
-def _transformer(c) -> int:
+def _transformer(c: Any) -> int:
     tables = _tokens(c, c.src_vocab_size, c.max_len, c.positional)
     if not c.share_embeddings:
         tables += _tokens(c, c.tgt_vocab_size, c.max_len, c.positional)
@@ -131,21 +131,21 @@ def _transformer(c) -> int:
             + (0 if c.tie_output else _linear(c.d_model, c.tgt_vocab_size)))
 
 
-def _decoder_lm(c) -> int:
+def _decoder_lm(c: Any) -> int:
     return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
             + (0 if c.tie_output else _linear(c.d_model, c.vocab_size)))
 
 
-def _classifier(c) -> int:
+def _classifier(c: Any) -> int:
     return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
             + _linear(c.d_model, c.n_classes))
 
 
-def _vit(c) -> int:
+def _vit(c: Any) -> int:
     return _patches(c, c.pool == "cls", c.positional) + _stack(c, c.n_layers, False) + _linear(c.d_model, c.n_classes)
 
 
-def _vla(c) -> int:
+def _vla(c: Any) -> int:
     e = c.d_model
     words = _linear(c.text_dim, e) if c.text_dim else _tokens(c, c.vocab_size, c.max_words, "learned")
     out = e if c.head == "pointer" else (c.image_size // c.patch_size) ** 2

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import (
@@ -64,7 +64,8 @@ class DecoderLM(Module):
     blocks: Encoder
     generator: Linear                                # untied output only
 
-    def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, DecoderLMConfig, rng)
         self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
         self.add_module("blocks", encoder_stack(c, c.n_layers, rng, dtype))
@@ -95,7 +96,7 @@ class DecoderLM(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
-    def _forward(self, ids, rng):
+    def _forward(self, ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         keys = padding_mask(ids, self.config.pad_id) if self.config.pad_id >= 0 else None  # (B, 1, 1, T)
         x, c_emb = self.embed.forward(ids, rng)                             # (B, T, E)
         h, c_blocks = self.blocks.forward(x, mask=keys, causal=True, rng=rng)  # (B, T, E)

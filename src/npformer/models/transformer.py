@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Decoder, Embeddings, Encoder, Linear, Module, TransformerStack, add_grads, padding_mask
 from .blocks import (
@@ -84,7 +84,7 @@ class Transformer(Module):
     generator: Linear                                # untied output only
 
     def __init__(self, config: TransformerConfig | None = None, rng: np.random.Generator | int = 0,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, TransformerConfig() if config is None else config, TransformerConfig, rng)
         if c.share_embeddings:
             self.add_module("embed", token_embeddings(c, c.src_vocab_size, c.max_len, rng, dtype))
@@ -168,18 +168,20 @@ class Transformer(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- forward pieces -------------------------------------------------------------------------
-    def _forward(self, src_ids, tgt_ids, rng):
+    def _forward(self, src_ids: np.ndarray, tgt_ids: np.ndarray,
+                 rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         memory, src_mask, enc_cache = self._encode(src_ids, rng)              # (B, S, E)
         logits, dec_cache = self._decode(tgt_ids, memory, src_mask, rng)      # (B, T, V)
         return logits, (enc_cache, dec_cache)
 
-    def _encode(self, src_ids, rng):
+    def _encode(self, src_ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray, tuple]:
         src_mask = padding_mask(src_ids, self.config.pad_id)                # (B, 1, 1, S)
         x, c_emb = self.src_embedding.forward(src_ids, rng)                  # (B, S, E)
         memory, c_enc = self.stack.encode(x, mask=src_mask, rng=rng)        # (B, S, E)
         return memory, src_mask, (c_emb, c_enc)
 
-    def _decode(self, tgt_ids, memory, src_mask, rng):
+    def _decode(self, tgt_ids: np.ndarray, memory: np.ndarray, src_mask: np.ndarray,
+                rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         tgt_keys = padding_mask(tgt_ids, self.config.pad_id)                # (B, 1, 1, T); causal added inside
         y, c_emb = self.tgt_embedding.forward(tgt_ids, rng)                  # (B, T, E)
         h, c_dec = self.stack.decode(y, memory, tgt_mask=tgt_keys, memory_mask=src_mask,

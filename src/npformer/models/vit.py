@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
@@ -66,7 +66,7 @@ class ViT(Module):
     encoder: Encoder
     head: Linear
 
-    def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, ViTConfig, rng)
         self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
                                                       cls_token=c.pool == "cls", positional=c.positional,

@@ -124,7 +124,7 @@ class VLA(Module):
 
     WORD, PATCH = 0, 1             # rows of type_embed
 
-    def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, VLAConfig, rng)
         self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
         if c.text_dim:
@@ -199,7 +199,7 @@ class VLA(Module):
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
 
-    def _words_forward(self, words: np.ndarray, rng):
+    def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
         """The word tokens (B, L, E) before their type embedding, and the cache."""
         if not self.config.text_dim:
             return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
@@ -207,7 +207,7 @@ class VLA(Module):
         x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
         return x, (c_proj, c_drop)
 
-    def _words_backward(self, dxw: np.ndarray, c_w, grads: dict):
+    def _words_backward(self, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
         """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None
         for word ids."""
         if not self.config.text_dim:

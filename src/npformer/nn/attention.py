@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import attention_backward, attention_forward, attention_weights_grad, linear_backward, linear_forward
 from ..ops.flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
@@ -65,7 +66,7 @@ class MultiHeadAttention(Module):
     report_weights_grad = False
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -183,7 +184,7 @@ class MultiHeadAttention(Module):
         return (dx_q, dx_kv), grads
 
 
-def _check_weights_kept(att_cache) -> None:
+def _check_weights_kept(att_cache: Any) -> None:
     """ValueError when a forward ran the tiled kernel, which keeps no (B, H, Tq, Tk) weights."""
     if isinstance(att_cache, FlashAttentionCache):
         raise ValueError("the attention weights were not kept: this forward ran the tiled O(T)-memory "

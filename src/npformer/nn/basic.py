@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
@@ -21,7 +22,7 @@ class Linear(Module):
     """y = x W^T + b; W (out_features, in_features), init U(-1/sqrt(in), 1/sqrt(in)) like torch."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         bound = 1.0 / math.sqrt(in_features)
@@ -41,7 +42,7 @@ class Linear(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, d: int, eps: float = 1e-5, dtype=np.float32) -> None:
+    def __init__(self, d: int, eps: float = 1e-5, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         self.eps = eps
         self.params["weight"] = np.ones(d, dtype=dtype)
@@ -59,7 +60,7 @@ class Embedding(Module):
     """A (num_embeddings, dim) table, init N(0, 1) like torch."""
 
     def __init__(self, num_embeddings: int, dim: int, rng: np.random.Generator | None = None,
-                 dtype=np.float32, std: float = 1.0) -> None:
+                 dtype: DTypeLike = np.float32, std: float = 1.0) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.params["weight"] = (rng.standard_normal((num_embeddings, dim)) * std).astype(dtype)

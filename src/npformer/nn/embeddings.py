@@ -27,7 +27,7 @@ class Embeddings(Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int = 512, positional: str = "sinusoidal",
                  scale: bool = True, dropout: float = 0.1, rng: np.random.Generator | None = None,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if positional not in ("sinusoidal", "learned", "none"):
             raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'none', got {positional!r}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import gelu_backward, gelu_forward, relu_backward, relu_forward
 from .basic import Dropout, Linear
@@ -29,7 +30,7 @@ class FeedForward(Module):
     linear2: Linear
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")

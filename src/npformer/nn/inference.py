@@ -86,7 +86,7 @@ def layernorm_packed(norm: LayerNorm, x: np.ndarray, out: np.ndarray | None = No
     return layernorm_inference(x, norm.params["weight"], norm.params["bias"], norm.eps, out=out)
 
 
-def _check_packed(x: np.ndarray, e: int, offsets):
+def _check_packed(x: np.ndarray, e: int, offsets: Sequence[int] | np.ndarray | None) -> Sequence[int] | np.ndarray:
     """The offsets of x (N, E), checked; (0, N) when None."""
     if x.ndim != 2 or x.shape[1] != e:
         raise ValueError(f"x must be packed as (N, {e}), got shape {x.shape}")

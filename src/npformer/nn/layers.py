@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .attention import MultiHeadAttention
 from .basic import Dropout, LayerNorm
@@ -44,7 +45,7 @@ class _Block(Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.norm_first = norm_first

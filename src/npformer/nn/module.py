@@ -12,7 +12,8 @@ children's grads under the child's name with ``add_grads``.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -129,10 +130,11 @@ class Module:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
 
 
-class ModuleList(Module):
-    """Children named "0", "1", ... as in torch's ``nn.ModuleList``."""
+class ModuleList(Module, Generic[M]):
+    """Children named "0", "1", ... as in torch's ``nn.ModuleList``; ``ModuleList[EncoderLayer]`` holds
+    encoder layers only."""
 
-    def __init__(self, modules) -> None:
+    def __init__(self, modules: Iterable[M]) -> None:
         super().__init__()
         for i, m in enumerate(modules):
             self.add_module(str(i), m)
@@ -140,8 +142,8 @@ class ModuleList(Module):
     def __len__(self) -> int:
         return len(self._children)
 
-    def __getitem__(self, i: int) -> Module:
-        return self._children[str(i if i >= 0 else len(self) + i)]
+    def __getitem__(self, i: int) -> M:
+        return cast(M, self._children[str(i if i >= 0 else len(self) + i)])
 
-    def __iter__(self):
-        return iter(self._children.values())
+    def __iter__(self) -> Iterator[M]:
+        return iter(cast("dict[str, M]", self._children).values())

@@ -53,7 +53,7 @@ class PatchEmbedding(Module):
 
     def __init__(self, image_size: int | tuple[int, int], patch_size: int, in_channels: int, d_model: int,
                  cls_token: bool = True, positional: str = "learned", dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         h, w = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         if patch_size <= 0 or h % patch_size or w % patch_size:

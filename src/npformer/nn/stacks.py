@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .basic import LayerNorm
 from .layers import DecoderLayer, EncoderLayer
@@ -24,7 +25,7 @@ class _Stack(Module):
 
     def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool = False,
-                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.add_module("layers", ModuleList(
@@ -32,7 +33,7 @@ class _Stack(Module):
             for _ in range(n_layers)))
         self.norm = self.add_module("norm", LayerNorm(d_model, eps, dtype)) if final_norm else None
 
-    def _forward(self, x, *args):
+    def _forward(self, x: np.ndarray, *args: Any) -> tuple[np.ndarray, Any]:
         """Every layer in turn, ``layer.forward(x, *args)``, then the final norm."""
         caches = []
         for layer in self.layers:
@@ -70,6 +71,7 @@ class _Stack(Module):
 
 class Encoder(_Stack):
     layer_type = EncoderLayer
+    layers: ModuleList[EncoderLayer]
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None, bias: np.ndarray | None = None,
                 causal: bool = False, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
@@ -79,6 +81,7 @@ class Encoder(_Stack):
 
 class Decoder(_Stack):
     layer_type = DecoderLayer
+    layers: ModuleList[DecoderLayer]
 
     def forward(self, x: np.ndarray, memory: np.ndarray, tgt_mask: np.ndarray | None = None,
                 memory_mask: np.ndarray | None = None, tgt_bias: np.ndarray | None = None,

@@ -27,7 +27,7 @@ class SublayerCache(NamedTuple):
     drop: object        # the dropout mask, or None
 
 
-def _norm(norm, v, fast: bool, in_place: bool):
+def _norm(norm: LayerNorm, v: np.ndarray, fast: bool, in_place: bool) -> tuple[np.ndarray, Any]:
     if fast:
         p = norm.params
         return layernorm_inference(v, p["weight"], p["bias"], norm.eps, out=v if in_place else None), None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .module import Module, add_grads
 from .stacks import Decoder, Encoder
@@ -27,7 +28,7 @@ class TransformerStack(Module):
     def __init__(self, d_model: int = 512, n_heads: int = 8, n_encoder_layers: int = 6,
                  n_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool = True,
-                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.add_module("encoder", Encoder(n_encoder_layers, d_model, n_heads, d_ff, dropout, activation,
