@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python 3 and make:
 #   make demo   - create .venv, install npformer, run the main job
-#   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), lint, run the suite
+#   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), lint, type-check, run the suite
 #   make docs   - build the documentation site into site/ (open site/index.html)
 PYTHON ?= python3
 VENV := .venv
@@ -41,8 +41,10 @@ docs: install-docs
 demo: install
 	$(VENV)/bin/npformer demo
 
+# ruff, then mypy with the settings of pyproject.toml's [tool.mypy]
 lint: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy src/npformer
 
 test: lint
 	$(PY) -m pytest
@@ -51,4 +53,4 @@ bench: install-test
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) runs build dist site src/*.egg-info
+	rm -rf $(VENV) runs build dist site src/*.egg-info .mypy_cache

@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)                              # 0 where the OS has none (Windows)
@@ -76,7 +77,7 @@ def temporary_of(name: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _temporary_names(path: Path):
+def _temporary_names(path: Path) -> Iterator[Path]:
     """Candidate temporary names next to ``path``: ``.NAME.`` + 8 random hex digits + ``.tmp``."""
     while True:
         yield path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
@@ -102,6 +103,7 @@ def _create_temporary(path: Path) -> tuple[int, Path]:
         except FileExistsError:
             if attempt == 99:
                 raise
+    raise AssertionError("unreachable: _temporary_names never ends")
 
 
 @contextlib.contextmanager

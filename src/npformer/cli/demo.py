@@ -245,7 +245,7 @@ def step_explore(args) -> None:
     from ..explore.render import render_html
     from ..files import atomic_write_bytes
 
-    jobs = [(dates_dir(args), [{"text": ATTENTION_SOURCE}],
+    jobs: list[tuple[Path, list[dict], str]] = [(dates_dir(args), [{"text": ATTENTION_SOURCE}],
              f'npformer explore {dates_dir(args)} "{ATTENTION_SOURCE}"'),
             (tabletop_dir(args), [{"seed": yellow_bowl_seed(), "instruction": DEMO_INSTRUCTION}],
              f'npformer explore {tabletop_dir(args)} --seed {yellow_bowl_seed()} '

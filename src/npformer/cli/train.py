@@ -139,7 +139,7 @@ def _prepare(args, task_cls, sets: dict, budget: dict, out: Path, engine: dict |
         trainer_cls = TorchTrainer
     trainer = (_resume(args, sets, budget, out, trainer_cls, world) if args.resume
                else _start(args, task_cls, sets, budget, out, trainer_cls, world))
-    if trainer_cls is not Trainer:
+    if engine and trainer_cls is not Trainer:
         try:
             trainer.attach(engine["device"])
         except BaseException:

@@ -61,7 +61,7 @@ def translate_texts(run, texts: list[str], beam: int = 4, alpha: float = 0.6) ->
     vocab = task.tgt_vocab
     encoded = [task.encode_source(t) for t in texts]          # ValueError: empty, unknown characters
     max_new = min(task.max_target_len, model.config.max_len)
-    out = []
+    out: list[str] = []
     for i in range(0, len(encoded), BATCH):
         src = pad_batch(encoded[i:i + BATCH], model.config.pad_id)          # (B, S)
         bos = np.full((len(src), 1), vocab.bos_id, dtype=np.int64)          # (B, 1)

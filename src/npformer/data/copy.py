@@ -34,6 +34,8 @@ class CopyTask(Seq2SeqTask):
             if self.heldout_every < 2:
                 raise ValueError(f"heldout_every must be >= 2, got {self.heldout_every}")
 
+    settings: Settings
+
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
         s = self.settings
@@ -44,7 +46,7 @@ class CopyTask(Seq2SeqTask):
 
     def sample_pairs(self, rng, n, heldout):
         s = self.settings
-        out = []
+        out: list[tuple[str, str]] = []
         while len(out) < n:
             length = int(rng.integers(s.min_len, s.max_len + 1))
             seq = "".join(self.symbols[i] for i in rng.integers(0, s.n_symbols, size=length))

@@ -90,6 +90,8 @@ class DatesTask(Seq2SeqTask):
             if self.heldout_every < 2:
                 raise ValueError(f"heldout_every must be >= 2, got {self.heldout_every}")
 
+    settings: Settings
+
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
         s = self.settings

@@ -38,6 +38,7 @@ def augment(images: np.ndarray, rng: np.random.Generator, max_shift: float = 1.0
 
     images (N, H, W, C) -> (N, H, W, C) of the same dtype. Each image gets its own warp.
     """
+    n: int                                                        # so numpy's stubs pick the array overloads
     n, h, w, c = images.shape
     ang = np.deg2rad(rng.uniform(-max_rotate, max_rotate, n))     # (N,)
     scale = 1.0 + rng.uniform(-max_scale, max_scale, n)           # (N,)
@@ -87,6 +88,8 @@ class DigitsTask(Task):
             if self.max_shift < 0 or self.max_rotate < 0 or not 0 <= self.max_scale < 1:
                 raise ValueError(f"need max_shift >= 0, max_rotate >= 0 and 0 <= max_scale < 1, got "
                                  f"{self.max_shift}, {self.max_rotate}, {self.max_scale}")
+
+    settings: Settings
 
     def __init__(self, settings=None) -> None:
         super().__init__(settings)

@@ -439,6 +439,8 @@ class TabletopTask(Task):
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
 
+    settings: Settings
+
     @property
     def reader(self):
         """What turns instructions into the model's words: ``ScratchText`` or ``PretrainedText``."""

@@ -55,6 +55,8 @@ def act(model, scene: Scene, instruction: str) -> dict:
     world's words must be in the scene, and gives the true cell; one it names otherwise (a paraphrase:
     "the crimson one goes in the crate") leaves that true cell None."""
     reader = reader_for(model)
+    colour: str | None
+    container: str | None
     if reader.name == "scratch":
         colour, container = check_instruction(scene, instruction)
     else:
@@ -119,7 +121,7 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
     (every word of the templates is one piece)."""
     rng = np.random.default_rng([seed, 99])
     reader = reader_for(model)
-    sums = None
+    sums: dict[str, np.ndarray] | None = None                     # made once the first batch gives the shape
     uniform = 0.0                                                 # the weight of one key if attention were uniform
     done = 0
     while done < n:
@@ -138,6 +140,7 @@ def attention_study(model, n: int, seed: int = 0, batch_size: int = 250) -> dict
             uniform += 1.0 / (2 + len(tokens) + lay["patches"].stop - lay["patches"].start)
         done += b
     # every template puts "the" right before the colour, so block->the_before_colour has n terms
+    assert sums is not None                                       # n >= 1 (npformer act checks --study)
     wins = sums.pop(_BEATS)
     out = {k: np.round(v / n, 4).tolist() for k, v in sums.items()}
     out["share_block_colour_beats_the"] = np.round(wins / n, 4).tolist()

@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ..settings import from_dict as settings_from_dict
+
+if TYPE_CHECKING:
+    from ..models.config import Config
+    from ..nn import Module
+
 
 # -- the registry ---------------------------------------------------------------------------------
 # Two tables, resolved lazily with importlib: a module is imported when its entry is first asked for,
@@ -82,8 +88,8 @@ def register_model_kind(kind: str, config_cls, model_cls) -> None:
     MODEL_KINDS[kind] = (config_cls, model_cls)
 
 
-def model_kind_classes(kind: str) -> tuple[type, type]:
-    """(config class, model class) of a model kind."""
+def model_kind_classes(kind: str) -> tuple[type[Config], Callable[..., Module]]:
+    """(config class, model class) of a model kind; the model class is called as cls(config, rng=, dtype=)."""
     return _resolve(MODEL_KINDS, "model kind", kind)
 
 
@@ -119,6 +125,8 @@ class Task:
     @dataclass
     class Settings:                             # the task's data settings (none by default)
         pass
+
+    settings: Any                               # each subclass declares its own Settings here
 
     def __init__(self, settings=None) -> None:
         self.settings = settings if settings is not None else self.Settings()

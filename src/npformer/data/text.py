@@ -55,10 +55,12 @@ class TextTask(SharedVocab, Task):
             if not 0.0 < self.heldout_fraction < 1.0:
                 raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
 
+    settings: Settings
+
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
         self.vocab = CharVocab(list(self.settings.chars))
-        self._splits = None
+        self._splits: tuple[np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def create(cls, overrides=None, data_path=None) -> "TextTask":
@@ -94,8 +96,8 @@ class TextTask(SharedVocab, Task):
             text = read_utf8(s.data_path)
             if hashlib.sha256(text.encode("utf-8")).hexdigest() != s.sha256:
                 raise ValueError(f"{s.data_path} changed since this run started (its sha256 differs)")
-            self._splits = None
             self._set_text(text)
+        assert self._splits is not None                            # _set_text made them
         return self._splits
 
     # text <-> ids (src_vocab and tgt_vocab come from SharedVocab)

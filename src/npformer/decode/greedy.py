@@ -67,6 +67,6 @@ def strip_eos(ids: np.ndarray, eos_id: int | None) -> list[np.ndarray]:
     """Cut each row (B, N) before its first ``eos_id``: a list of B 1-D arrays."""
     rows = []
     for row in np.asarray(ids):
-        hits = np.flatnonzero(row == eos_id) if eos_id is not None else []
+        hits: np.ndarray | list[int] = np.flatnonzero(row == eos_id) if eos_id is not None else []
         rows.append(row[:hits[0]] if len(hits) else row)
     return rows

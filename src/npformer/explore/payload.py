@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ def encode_array(x, dtype: str, compress: bool = False) -> dict:
     x = np.asarray(x)
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    out = {"dtype": dtype, "shape": list(x.shape)}
+    out: dict[str, Any] = {"dtype": dtype, "shape": list(x.shape)}
     if dtype == "u8":
         x = unit_to_u8(x)
         out["scale"] = 1.0 / 255.0
@@ -247,6 +248,7 @@ class Seq2SeqExplorer(RunExplorer):
         groups = cap.capture("transformer", cache, {"encoder self": None, "decoder self": cap.causal(n),
                                                     "decoder cross": None})
         src_lab, read, wrote = _char_labels(vocab, src[0]), _char_labels(vocab, tgt_in[0]), _char_labels(vocab, out)
+        relevance: dict[str, dict]
         targets, relevance = [], {name: {} for name in groups}
         c = model.config
         for t in range(min(n, MAX_TARGETS)):
@@ -354,7 +356,7 @@ class ViTExplorer(RunExplorer):
         task, model = self.run.task, self.run.model
         n = len(task.x_test)
         try:
-            i = int(inp.get("index"))
+            i = int(inp.get("index"))  # type: ignore[arg-type]  # None raises TypeError, answered below
         except (TypeError, ValueError):
             raise ValueError(f"a digits input is a test-image index 0..{n - 1}, got {inp.get('index')!r}") from None
         if not 0 <= i < n:
@@ -461,7 +463,8 @@ class MiniLMExplorer(Explorer):
         c = self.encoder.model.config
         info = {"d_model": c.hidden_size, "n_heads": c.num_attention_heads,
                 "head_dim": c.hidden_size // c.num_attention_heads, "norm": "post"}
-        super().__init__(f"{Path(self.encoder.path).name if model_dir else 'all-MiniLM-L6-v2'}", info)
+        name = Path(self.encoder.path).name if model_dir else "all-MiniLM-L6-v2"  # type: ignore[arg-type]  # load set path
+        super().__init__(name, info)
 
     def default_inputs(self) -> list[dict]:
         return [{"text": "A man is playing a guitar."}, {"text": "Someone plays an instrument."}]

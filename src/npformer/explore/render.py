@@ -21,7 +21,7 @@ _SLOTS = ("__EXPLORE_TITLE__", "/*__EXPLORE_CSS__*/", "/*__EXPLORE_JS__*/", "__E
 
 
 def _page_file(name: str) -> str:
-    return resources.files("npformer.explore").joinpath("page", name).read_text(encoding="utf-8")
+    return resources.files("npformer.explore").joinpath("page").joinpath(name).read_text(encoding="utf-8")
 
 
 def payload_json(payload: dict) -> str:

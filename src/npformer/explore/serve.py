@@ -205,7 +205,7 @@ def _json_bytes(obj: dict) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
-def _first_line(e: Exception) -> str:
+def _first_line(e: BaseException | None) -> str:
     msg = str(e).strip()
     return msg.splitlines()[0] if msg else type(e).__name__
 
@@ -214,7 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: ExploreServer
 
     @property
-    def timeout(self) -> float:         # StreamRequestHandler.setup puts it on the connection's socket
+    def timeout(self) -> float:  # type: ignore[override]  # read-only here, from the server; StreamRequestHandler.setup puts it on the connection's socket
         return self.server.conn_timeout
 
     def end_headers(self) -> None:

@@ -76,7 +76,8 @@ def attention_masks(attn_mask, key_padding_mask, *, batch: int, n_heads: int, t_
     to (B, H, Tq, Tk) or None. ``batch`` is 1 for unbatched inputs.
     """
     attn_name, kpm_name = names
-    bools, floats = [], []
+    bools: list[np.ndarray] = []
+    floats: list[np.ndarray] = []
     if attn_mask is not None:
         m = _as_torch_mask(attn_mask, attn_name)
         lead = f"{batch * n_heads}" if batched else f"{n_heads}"

@@ -34,6 +34,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,8 +78,9 @@ def _policy(run, c, words, images, actions):
 
 
 # the model kinds to_torch converts
-SCORED = {"transformer": _seq2seq, "decoder_lm": _language_model, "classifier": _classifier,
-          "vit": _image_classifier, "vla": _policy}
+# model kind -> (model, its config, *batch) -> (logits, targets, ignore index)
+SCORED: dict[str, Callable[..., tuple]] = {"transformer": _seq2seq, "decoder_lm": _language_model,
+                                           "classifier": _classifier, "vit": _image_classifier, "vla": _policy}
 
 
 def check_engine_kind(task_name: str, kind: str) -> None:
@@ -109,9 +112,11 @@ class TorchTrainer(Trainer):
         check_engine_kind(task.name, config["model_kind"])
         super().__init__(out_dir, task, model, config, train)
         self.rank, self.world, self.device = 0, 1, "cpu"
-        self.twin = self.ddp = self.torch_optimizer = None
+        self.twin: Any = None                                # to_torch(model), made by attach
+        self.ddp: Any = None                                 # the twin, in DistributedDataParallel with several ranks
+        self.torch_optimizer: Any = None                     # torch.optim.Adam or AdamW, made by attach
         self.twin_params: dict = {}                          # npformer key -> the twin's Parameter
-        self.interrupted = None                              # rank 0's worker: "was there a Ctrl-C before the loop?"
+        self.interrupted: Callable[[], bool] | None = None   # rank 0's worker: "was there a Ctrl-C before the loop?"
 
     # -- building ----------------------------------------------------------------------------------
     @classmethod
@@ -125,6 +130,7 @@ class TorchTrainer(Trainer):
             try:
                 self = cls.from_config(out_dir, read_config(out_dir))
                 self.load()
+                assert self.data_rng is not None                     # load made it
                 data = json.dumps({"config": self.config, "step": self.step, "adam_step": self.optimizer.t,
                                    "data_rng": self.data_rng.bit_generator.state}).encode("utf-8")
             finally:
@@ -138,7 +144,7 @@ class TorchTrainer(Trainer):
             self.step, self.optimizer.t = payload["step"], payload["adam_step"]
             self.data_rng = np.random.default_rng()
             self.data_rng.bit_generator.state = payload["data_rng"]
-        self.lock = _LauncherLock()
+        self.lock = _LauncherLock()  # type: ignore[assignment]  # RunLock's stand-in: release() only
         for a in [*self.model.state_dict().values(), *self.optimizer.m.values(), *self.optimizer.v.values()]:
             t = torch.from_numpy(a).to(device)                       # rank 0's weights and moments, in place
             dist.broadcast(t, src=0)
@@ -257,7 +263,7 @@ class TorchTrainer(Trainer):
         """Ranks > 0: take the leader's steps, with no log, evaluation or file, until it says STOP."""
         while self._word(STOP) == STEP:
             try:
-                Trainer._train_step(self, _NO_LOG)
+                Trainer._train_step(self, _NO_LOG)  # type: ignore[arg-type]  # StepLog's row and flush, writing nothing
             except (TrainingDiverged, NoScoredTargets):               # the leader says so and stops the run
                 pass
 

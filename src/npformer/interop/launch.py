@@ -44,6 +44,7 @@ def launch(out, nproc: int, device: str = "cpu", nnodes: int = 1, node_rank: int
     if nnodes == 1:
         argv += ["--standalone"]
     else:                                          # torchrun's default backend: static, node 0 holds rank 0
+        assert rdzv_endpoint is not None           # npformer train requires --rdzv-endpoint with --nnodes > 1
         argv += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-endpoint", rdzv_endpoint]
     argv += ["-m", "npformer.interop.worker", plan]
     with _Restored() as restored:

@@ -171,6 +171,7 @@ def _stack_from_torch(stack, where: str, decoder: bool):
     for i, layer in enumerate(layers):
         out.layers.add_module(str(i), layer)
     if norm is not None:
+        assert out.norm is not None                                # built with final_norm
         out.norm.params["weight"][...] = norm.weight.detach().cpu().numpy()
         out.norm.params["bias"][...] = norm.bias.detach().cpu().numpy()
     return out
@@ -189,6 +190,7 @@ def from_torch(module):
     """
     torch = _import_torch("from_torch")
     nn = torch.nn
+    out: Module
     if isinstance(module, nn.MultiheadAttention):
         out = _mha_from_torch(module)
     elif isinstance(module, nn.TransformerEncoderLayer):

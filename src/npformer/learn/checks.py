@@ -78,7 +78,7 @@ class Spec:
     failing helpers, else None; it is asked after the known mistakes."""
     arg_names: tuple[str, ...]
     outputs: tuple[str, ...]
-    cases: Callable[[np.dtype], list[Case]]
+    cases: Callable[[np.dtype | None], list[Case]]
     mistakes: tuple[Mistake, ...]
     section: int
     dtypes: tuple = (np.float64, np.float32)

@@ -190,7 +190,7 @@ def _fails_its_check(name: str, fn) -> bool:
         return False
 
 
-def _attention_grads(dout, q, k, v, weights, scale_dq=True, scale_dk=True):
+def _attention_grads(dout, q, k, v, weights, *, scale_dq=True, scale_dk=True):
     scale = 1 / math.sqrt(q.shape[-1])
     dq, dk, dv = attention_backward(dout, (q, k, v, weights, None, scale))
     return {"dq": dq if scale_dq else dq / scale, "dk": dk if scale_dk else dk / scale, "dv": dv}

@@ -39,7 +39,8 @@ from .report import Report, Row
 MAX_WORKBOOK_BYTES = 1 << 20        # a workbook is a page of code; refuse anything far larger before reading it
 MAX_MESSAGE_CHARS = 4000            # a learner's exception can carry any text: keep the table readable
 MAX_OUTPUT_CHARS = 100_000          # what one exercise printed, kept in Row.output (a print in a loop is endless)
-_SKIPPED_DIRS = None                # npformer's and NumPy's folders: the grader's frames, not the learner's
+# npformer's and NumPy's folders: the grader's frames, not the learner's
+_SKIPPED_DIRS: tuple[str, ...] | None = None
 
 
 def can_fork() -> bool:
@@ -201,6 +202,7 @@ def _load(source) -> dict:
     if kind == "functions":
         return what
     spec = importlib.util.spec_from_file_location("transformer", what)
+    assert spec is not None and spec.loader is not None            # a .py path always has both
     module = importlib.util.module_from_spec(spec)
     sys.modules["transformer"] = module
     spec.loader.exec_module(module)
@@ -253,7 +255,7 @@ def _is_grader(filename: str) -> bool:
     global _SKIPPED_DIRS
     if _SKIPPED_DIRS is None:
         import numpy
-        _SKIPPED_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep
+        _SKIPPED_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep  # type: ignore[arg-type]  # both are files
                               for m in (sys.modules["npformer"], numpy))
     try:
         resolved = str(Path(filename).resolve())

@@ -13,14 +13,27 @@ Dimension legend: B batch, T positions, E model width, V vocabulary.
 """
 from __future__ import annotations
 
+from typing import Any, Protocol, TypeVar
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..nn import Decoder, Embeddings, Encoder, Linear, Module, add_grads
 from ..ops import cross_entropy_backward, cross_entropy_forward, linear_backward, linear_forward
-from .config import check_float, make_rng
+from .config import BlockConfig, check_float, make_rng
+
+C = TypeVar("C")
 
 
-def init_model(model: Module, config, config_cls: type, rng) -> tuple:
+class TokenConfig(Protocol):
+    """What ``token_embeddings`` reads of a config (the models that read token ids have these fields)."""
+    d_model: int
+    positional: str
+    dropout: float
+
+
+def init_model(model: Module, config: object, config_cls: type[C], rng: np.random.Generator | int
+               ) -> tuple[C, np.random.Generator]:
     """The first lines of every model's ``__init__``: ``Module.__init__``, a TypeError unless
     ``config`` is a ``config_cls``, ``model.config = config``. Returns (config, Generator)."""
     Module.__init__(model)
@@ -28,32 +41,33 @@ def init_model(model: Module, config, config_cls: type, rng) -> tuple:
         name = config_cls.__name__
         article = "an" if name[0] in "AEIOU" else "a"
         raise TypeError(f"config must be {article} {name}, got {type(config).__name__}")
-    model.config = config
+    model.config = config  # type: ignore[attr-defined]  # each model class declares its own config's type
     return config, make_rng(rng)
 
 
-def token_embeddings(c, vocab_size: int, max_len: int, rng: np.random.Generator, dtype) -> Embeddings:
+def token_embeddings(c: TokenConfig, vocab_size: int, max_len: int, rng: np.random.Generator,
+                     dtype: DTypeLike) -> Embeddings:
     """Token table scaled by sqrt(d_model), plus c.positional positions, then dropout."""
     return Embeddings(vocab_size, c.d_model, max_len, c.positional, scale=True, dropout=c.dropout, rng=rng,
                       dtype=dtype)
 
 
-def _layer_args(c) -> tuple:
+def _layer_args(c: BlockConfig) -> tuple[int, int, int, float, str, bool, bool, float]:
     """The block hyper-parameters every layer of a stack takes, in Encoder/Decoder's order."""
     return c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first, c.use_final_norm, c.eps
 
 
-def encoder_stack(c, n_layers: int, rng: np.random.Generator, dtype) -> Encoder:
+def encoder_stack(c: BlockConfig, n_layers: int, rng: np.random.Generator, dtype: DTypeLike) -> Encoder:
     """N encoder layers as the BlockConfig ``c`` says, with a final norm when ``c.use_final_norm``."""
     return Encoder(n_layers, *_layer_args(c), rng, dtype)
 
 
-def decoder_stack(c, n_layers: int, rng: np.random.Generator, dtype) -> Decoder:
+def decoder_stack(c: BlockConfig, n_layers: int, rng: np.random.Generator, dtype: DTypeLike) -> Decoder:
     """N decoder layers as the BlockConfig ``c`` says, with a final norm when ``c.use_final_norm``."""
     return Decoder(n_layers, *_layer_args(c), rng, dtype)
 
 
-def output_forward(h: np.ndarray, table: Embeddings, generator: Linear | None):
+def output_forward(h: np.ndarray, table: Embeddings, generator: Linear | None) -> tuple[np.ndarray, Any]:
     """The pre-softmax projection h (..., E) -> (logits (..., V), cache): tied to the token
     table (paper 3.4) when ``generator`` is None, else the generator Linear."""
     if generator is None:
@@ -61,7 +75,8 @@ def output_forward(h: np.ndarray, table: Embeddings, generator: Linear | None):
     return generator.forward(h)                                           # (..., V)
 
 
-def output_backward(dlogits: np.ndarray, cache, table_name: str, generator: Linear | None):
+def output_backward(dlogits: np.ndarray, cache: Any, table_name: str,
+                    generator: Linear | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """dlogits (..., V) -> (dh (..., E), grads). Tied: grads holds f"{table_name}.tok.weight", to
     which the caller ADDS the embedding lookups' gradients (``lookup_backward``); untied: "generator.*"."""
     grads: dict = {}
@@ -74,7 +89,7 @@ def output_backward(dlogits: np.ndarray, cache, table_name: str, generator: Line
     return dh, grads
 
 
-def lookup_backward(grads: dict, table: Embeddings, name: str, dx: np.ndarray, cache) -> None:
+def lookup_backward(grads: dict, table: Embeddings, name: str, dx: np.ndarray, cache: Any) -> None:
     """Adds the embedding lookup ``table`` (keys ``name.*``)'s gradients into ``grads``. Its token rows
     go, in place, into the array already at ``name.tok.weight`` (a tied projection's, or the other
     lookup's of a shared table: paper 3.4) rather than into a second (V, E) table."""
@@ -83,7 +98,7 @@ def lookup_backward(grads: dict, table: Embeddings, name: str, dx: np.ndarray, c
 
 
 def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, label_smoothing: float,
-                  name: str = "targets"):
+                  name: str = "targets") -> tuple[float, np.ndarray]:
     """Mean token cross-entropy over the rows whose target is not ``ignore_index``.
 
     logits (..., C), targets (...) int -> (loss float, dlogits (..., C))."""

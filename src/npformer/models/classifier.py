@@ -9,10 +9,12 @@ Dimension legend: B batch, T positions, E model width, C classes, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from ..nn import Linear, Module, add_grads, padding_mask
+from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import encoder_stack, init_model, sequence_loss, token_embeddings
 from .config import BlockConfig, check_choice, check_ids, check_int, check_pad_id, check_rng
 
@@ -50,25 +52,32 @@ class EncoderClassifierConfig(BlockConfig):
 class EncoderClassifier(Module):
     """Sequence classifier or token tagger over a Transformer encoder."""
 
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: EncoderClassifierConfig
+    embed: Embeddings
+    encoder: Encoder
+    head: Linear
+
     def __init__(self, config: EncoderClassifierConfig, rng: np.random.Generator | int = 0,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, EncoderClassifierConfig, rng)
         self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
         self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         self.add_module("head", Linear(c.d_model, c.n_classes, rng=rng, dtype=dtype))
 
     # -- public boundary ------------------------------------------------------------------------
-    def check_inputs(self, ids, rng=None) -> np.ndarray:
+    def check_inputs(self, ids: ArrayLike, rng: np.random.Generator | None = None) -> np.ndarray:
         """Validate ids (integer, (B, T), inside the vocabulary, T <= max_len) and the rng."""
         c = self.config
         check_rng(self, rng, c.dropout)
         return check_ids(ids, "ids", c.vocab_size, c.max_len, c.positional)
 
-    def forward(self, ids, rng=None):
+    def forward(self, ids: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """ids (B, T) int -> (logits (B, C) for classification or (B, T, C) for tagging, cache)."""
         return self._forward(self.check_inputs(ids, rng), rng)
 
-    def loss(self, ids, labels, label_smoothing: float = 0.0, rng=None):
+    def loss(self, ids: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Cross-entropy and its gradients. labels: (B,) class ids for classification,
         (B, T) tag ids for tagging, where padded positions and labels of -100 are skipped.
         Returns (loss float, grads)."""
@@ -90,7 +99,7 @@ class EncoderClassifier(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
-    def _forward(self, ids, rng):
+    def _forward(self, ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         c = self.config
         keys = padding_mask(ids, c.pad_id) if c.pad_id >= 0 else None      # (B, 1, 1, T)
         x, c_emb = self.embed.forward(ids, rng)                             # (B, T, E)
@@ -108,7 +117,7 @@ class EncoderClassifier(Module):
         logits, c_head = self.head.forward(pooled)                          # (B, C) or (B, T, C)
         return logits, (c_emb, c_enc, weights, h.shape, c_head)
 
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, C) or (B, T, C) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
         grads one entry per state_dict() key."""
         c_emb, c_enc, weights, h_shape, c_head = cache
@@ -128,6 +137,6 @@ class EncoderClassifier(Module):
         add_grads(grads, g_emb, "embed")
         return {"embeddings": dx}, grads
 
-    def attention_weights(self, cache) -> list[dict]:
+    def attention_weights(self, cache: Any) -> list[dict]:
         """One {"self": (B, H, T, T)} per layer."""
         return self.encoder.attention_weights(cache[1])

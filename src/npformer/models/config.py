@@ -14,23 +14,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..settings import read_json
+
+if TYPE_CHECKING:
+    from ..nn import Module
 
 MAX_PARAMETERS = 2 ** 31            # parameters (and values of a position table) a config may describe
 MAX_LAYERS = 1024                   # layers in one stack: each is a dozen arrays and Python objects
 
 
+CfgT = TypeVar("CfgT", bound="Config")
+
 class Config:
     """Mixin for dataclass configs: ``to_dict``/``from_dict`` and ``save_json``/``load_json``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]   # set by @dataclass on every subclass
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict):
+    def from_dict(cls: type[CfgT], d: dict) -> CfgT:
         if not isinstance(d, dict):
             raise TypeError(f"{cls.__name__}.from_dict expects a dict, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -45,7 +55,7 @@ class Config:
             f.write("\n")
 
     @classmethod
-    def load_json(cls, path: str | os.PathLike):
+    def load_json(cls: type[CfgT], path: str | os.PathLike) -> CfgT:
         return cls.from_dict(read_json(path, top=dict))
 
 
@@ -54,6 +64,15 @@ class BlockConfig(Config):
     (d_model, n_heads, dropout, eps, activation, norm_first) and, where the dataclass has them,
     positional and final_norm, are checked in one place, and the final norm's default is derived here.
     Last, the model's size (``check_size``): every config calls this after checking its int fields."""
+
+    # the fields every block config has (its dataclass defines them); declared here for the checks below
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float
+    eps: float
+    activation: str
+    norm_first: bool
 
     def check_block_fields(self) -> None:
         check_heads(self.d_model, self.n_heads)
@@ -78,7 +97,7 @@ class BlockConfig(Config):
 # Each model's count is its __init__ read as arithmetic; tests/test_fuzz_loaders.py checks every one
 # against the built model's num_parameters() over many configs.
 
-def _stack(c, n_layers: int, cross: bool) -> int:
+def _stack(c: Any, n_layers: int, cross: bool) -> int:
     """Parameters of n encoder layers (decoder layers with ``cross``) and the stack's final norm."""
     e, f = c.d_model, c.d_ff
     attention = 4 * e * e + 4 * e               # in_proj (3E, E) + (3E,), out_proj (E, E) + (E,)
@@ -92,19 +111,19 @@ def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
 
-def _tokens(c, vocab_size: int, max_len: int, positional: str) -> int:
+def _tokens(c: Any, vocab_size: int, max_len: int, positional: str) -> int:
     """nn.Embeddings: the token table, and the position table when positions are learned."""
     return vocab_size * c.d_model + (max_len * c.d_model if positional == "learned" else 0)
 
 
-def _patches(c, cls_token: bool, positional: str) -> int:
+def _patches(c: Any, cls_token: bool, positional: str) -> int:
     """nn.PatchEmbedding: the patch projection (a conv's weight and bias), [CLS], learned positions."""
     e, n_tokens = c.d_model, (c.image_size // c.patch_size) ** 2 + int(cls_token)
     return (e * c.in_channels * c.patch_size ** 2 + e + (e if cls_token else 0)
             + (n_tokens * e if positional == "learned" else 0))
 
 
-def _transformer(c) -> int:
+def _transformer(c: Any) -> int:
     tables = _tokens(c, c.src_vocab_size, c.max_len, c.positional)
     if not c.share_embeddings:
         tables += _tokens(c, c.tgt_vocab_size, c.max_len, c.positional)
@@ -112,21 +131,21 @@ def _transformer(c) -> int:
             + (0 if c.tie_output else _linear(c.d_model, c.tgt_vocab_size)))
 
 
-def _decoder_lm(c) -> int:
+def _decoder_lm(c: Any) -> int:
     return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
             + (0 if c.tie_output else _linear(c.d_model, c.vocab_size)))
 
 
-def _classifier(c) -> int:
+def _classifier(c: Any) -> int:
     return (_tokens(c, c.vocab_size, c.max_len, c.positional) + _stack(c, c.n_layers, False)
             + _linear(c.d_model, c.n_classes))
 
 
-def _vit(c) -> int:
+def _vit(c: Any) -> int:
     return _patches(c, c.pool == "cls", c.positional) + _stack(c, c.n_layers, False) + _linear(c.d_model, c.n_classes)
 
 
-def _vla(c) -> int:
+def _vla(c: Any) -> int:
     e = c.d_model
     words = _linear(c.text_dim, e) if c.text_dim else _tokens(c, c.vocab_size, c.max_words, "learned")
     out = e if c.head == "pointer" else (c.image_size // c.patch_size) ** 2
@@ -138,14 +157,14 @@ _COUNTS = {"TransformerConfig": _transformer, "DecoderLMConfig": _decoder_lm, "E
            "ViTConfig": _vit, "VLAConfig": _vla}
 
 
-def param_count(config) -> int | None:
+def param_count(config: object) -> int | None:
     """The number of parameters the model of ``config`` has, from the fields alone (no array is made);
     None for a config class npformer does not know (a model kind registered by someone else)."""
     count = _COUNTS.get(type(config).__name__)
     return None if count is None else count(config)
 
 
-def check_size(config) -> None:
+def check_size(config: Any) -> None:
     """ValueError naming the config when its model would be absurd: more than MAX_LAYERS layers in a
     stack, more than MAX_PARAMETERS parameters, or a sinusoidal position table of more values."""
     name = type(config).__name__
@@ -166,14 +185,14 @@ def check_size(config) -> None:
 
 # -- invariant checks (each raises ValueError/TypeError naming the field and its value) --------
 
-def check_int(name: str, value, minimum: int = 1) -> None:
+def check_int(name: str, value: object, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
-def check_float(name: str, value, low: float, high: float, high_inclusive: bool = False,
+def check_float(name: str, value: object, low: float, high: float, high_inclusive: bool = False,
                 low_inclusive: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
@@ -184,12 +203,12 @@ def check_float(name: str, value, low: float, high: float, high_inclusive: bool 
         raise ValueError(f"{name} must be in {interval}, got {value}")
 
 
-def check_choice(name: str, value, choices) -> None:
+def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
-def check_bool(name: str, value, allow_none: bool = False) -> None:
+def check_bool(name: str, value: object, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if not isinstance(value, bool):
@@ -210,7 +229,7 @@ def check_patch_grid(image_size: int, patch_size: int) -> None:
         raise ValueError(f"image_size ({image_size}) must be a multiple of patch_size ({patch_size})")
 
 
-def check_pad_id(pad_id, vocab_size: int, name: str = "pad_id", allow_none: bool = False) -> None:
+def check_pad_id(pad_id: object, vocab_size: int, name: str = "pad_id", allow_none: bool = False) -> None:
     """pad_id is a token id in [0, vocab_size), or -1 (no padding) where allowed."""
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {pad_id!r}")
@@ -223,8 +242,8 @@ def check_pad_id(pad_id, vocab_size: int, name: str = "pad_id", allow_none: bool
 
 # -- public-boundary input checks (run once per public call, never inside the passes) -----------
 
-def check_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
-              positional: str = "learned", allow=None) -> np.ndarray:
+def check_ids(ids: ArrayLike, name: str, vocab_size: int, max_len: int | None = None,
+              positional: str = "learned", allow: int | None = None) -> np.ndarray:
     """Return ``ids`` as a (B, T) integer array, or raise naming ``name`` and the bad values.
 
     ``allow`` is one extra value that may appear besides [0, vocab_size) (an ignore index)."""
@@ -246,7 +265,7 @@ def check_ids(ids, name: str, vocab_size: int, max_len: int | None = None,
     return ids
 
 
-def check_images(images, image_size: int, in_channels: int, dtype, batch: int | None = None,
+def check_images(images: ArrayLike, image_size: int, in_channels: int, dtype: DTypeLike, batch: int | None = None,
                  context: str = "") -> np.ndarray:
     """Return ``images`` if it is a finite (B, H, W, C) array in ``dtype`` with B >= 1 (B == batch
     when given), or raise naming the shape expected; ``context`` ends the shape message."""
@@ -269,7 +288,7 @@ def check_same_batch(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> 
                          f"got {a.shape[0]} ({name_a} {a.shape}) and {b.shape[0]} ({name_b} {b.shape})")
 
 
-def check_mask(mask, name: str, full_shape: tuple) -> np.ndarray:
+def check_mask(mask: ArrayLike, name: str, full_shape: tuple) -> np.ndarray:
     """A boolean mask (True = may attend) that broadcasts to ``full_shape`` (B, H, Tq, Tk)."""
     mask = np.asarray(mask)
     if mask.dtype != np.bool_:
@@ -283,7 +302,7 @@ def check_mask(mask, name: str, full_shape: tuple) -> np.ndarray:
     return mask
 
 
-def check_rng(module, rng, dropout: float) -> None:
+def check_rng(module: Module, rng: object, dropout: float) -> None:
     """Training with dropout draws random masks: the caller passes the generator explicitly."""
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
@@ -292,7 +311,7 @@ def check_rng(module, rng, dropout: float) -> None:
                          "np.random.default_rng(seed), or call .eval() for inference")
 
 
-def make_rng(rng) -> np.random.Generator:
+def make_rng(rng: np.random.Generator | int) -> np.random.Generator:
     """A Generator from a Generator or an int seed."""
     if isinstance(rng, np.random.Generator):
         return rng

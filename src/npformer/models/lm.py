@@ -12,10 +12,12 @@ Dimension legend: B batch, T positions, E model width, V vocabulary, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from ..nn import Linear, Module, add_grads, padding_mask
+from ..nn import Embeddings, Encoder, Linear, Module, add_grads, padding_mask
 from .blocks import (
     encoder_stack,
     init_model,
@@ -56,7 +58,14 @@ class DecoderLMConfig(BlockConfig):
 class DecoderLM(Module):
     """Causal language model: predicts token t + 1 from tokens 0..t."""
 
-    def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: DecoderLMConfig
+    embed: Embeddings
+    blocks: Encoder
+    generator: Linear                                # untied output only
+
+    def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, DecoderLMConfig, rng)
         self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
         self.add_module("blocks", encoder_stack(c, c.n_layers, rng, dtype))
@@ -64,17 +73,18 @@ class DecoderLM(Module):
             self.add_module("generator", Linear(c.d_model, c.vocab_size, rng=rng, dtype=dtype))
 
     # -- public boundary ------------------------------------------------------------------------
-    def check_inputs(self, ids, rng=None, name: str = "ids") -> np.ndarray:
+    def check_inputs(self, ids: ArrayLike, rng: np.random.Generator | None = None, name: str = "ids") -> np.ndarray:
         """Validate ids (integer, (B, T), inside the vocabulary, T <= max_len) and the rng."""
         c = self.config
         check_rng(self, rng, c.dropout)
         return check_ids(ids, name, c.vocab_size, c.max_len, c.positional)
 
-    def forward(self, ids, rng=None):
+    def forward(self, ids: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """ids (B, T) int -> (logits (B, T, V), cache)."""
         return self._forward(self.check_inputs(ids, rng), rng)
 
-    def loss(self, ids_in, ids_out, label_smoothing: float = 0.0, rng=None):
+    def loss(self, ids_in: np.ndarray, ids_out: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Next-token cross-entropy (targets equal to pad_id ignored) and its gradients.
         ids_out is ids_in shifted left by one. Returns (loss float, grads)."""
         ids_in = self.check_inputs(ids_in, rng, "ids_in")
@@ -86,18 +96,18 @@ class DecoderLM(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- passes ---------------------------------------------------------------------------------
-    def _forward(self, ids, rng):
+    def _forward(self, ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         keys = padding_mask(ids, self.config.pad_id) if self.config.pad_id >= 0 else None  # (B, 1, 1, T)
         x, c_emb = self.embed.forward(ids, rng)                             # (B, T, E)
         h, c_blocks = self.blocks.forward(x, mask=keys, causal=True, rng=rng)  # (B, T, E)
         logits, c_out = self.project_output(h)                              # (B, T, V)
         return logits, (c_emb, c_blocks, c_out)
 
-    def project_output(self, h: np.ndarray):
+    def project_output(self, h: np.ndarray) -> tuple[np.ndarray, Any]:
         """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
         return output_forward(h, self.embed, getattr(self, "generator", None))
 
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, T, V) -> ({"embeddings": d loss / d embedding output (B, T, E)}, grads),
         grads one entry per state_dict() key."""
         c_emb, c_blocks, c_out = cache
@@ -109,6 +119,6 @@ class DecoderLM(Module):
         lookup_backward(grads, self.embed, "embed", dx, c_emb)
         return {"embeddings": dx}, grads
 
-    def attention_weights(self, cache) -> list[dict]:
+    def attention_weights(self, cache: Any) -> list[dict]:
         """One {"self": (B, H, T, T)} per block."""
         return self.blocks.attention_weights(cache[1])

@@ -18,10 +18,12 @@ V target vocabulary, H heads.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from ..nn import Embeddings, Linear, Module, TransformerStack, add_grads, padding_mask
+from ..nn import Decoder, Embeddings, Encoder, Linear, Module, TransformerStack, add_grads, padding_mask
 from .blocks import (
     decoder_stack,
     encoder_stack,
@@ -72,8 +74,17 @@ class TransformerConfig(BlockConfig):
 class Transformer(Module):
     """Encoder-decoder Transformer. ``Transformer(TransformerConfig())`` is the paper's base model."""
 
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: TransformerConfig
+    embed: Embeddings                                 # shared embeddings only
+    src_embed: Embeddings                             # unshared only
+    tgt_embed: Embeddings                             # unshared only
+    encoder: Encoder
+    decoder: Decoder
+    generator: Linear                                # untied output only
+
     def __init__(self, config: TransformerConfig | None = None, rng: np.random.Generator | int = 0,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, TransformerConfig() if config is None else config, TransformerConfig, rng)
         if c.share_embeddings:
             self.add_module("embed", token_embeddings(c, c.src_vocab_size, c.max_len, rng, dtype))
@@ -89,11 +100,11 @@ class Transformer(Module):
 
     @property
     def src_embedding(self) -> Embeddings:
-        return self._children[self._src_name]
+        return cast(Embeddings, self._children[self._src_name])
 
     @property
     def tgt_embedding(self) -> Embeddings:
-        return self._children[self._tgt_name]
+        return cast(Embeddings, self._children[self._tgt_name])
 
     @property
     def stack(self) -> TransformerStack:
@@ -102,7 +113,8 @@ class Transformer(Module):
         return TransformerStack.from_stacks(self.encoder, self.decoder)
 
     # -- public boundary ------------------------------------------------------------------------
-    def check_inputs(self, src_ids=None, tgt_ids=None, rng=None):
+    def check_inputs(self, src_ids: ArrayLike | None = None, tgt_ids: ArrayLike | None = None,
+                     rng: np.random.Generator | None = None) -> tuple[Any, Any]:  # arrays, None where None was given
         """Validate token ids (integer, (B, L), inside the vocabulary, not longer than max_len),
         equal batch sizes and the rng; returns the ids as arrays."""
         c = self.config
@@ -115,17 +127,20 @@ class Transformer(Module):
             check_same_batch(src_ids, tgt_ids, "src_ids", "tgt_ids")
         return src_ids, tgt_ids
 
-    def forward(self, src_ids, tgt_ids, rng=None):
+    def forward(self, src_ids: np.ndarray, tgt_ids: np.ndarray,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """src_ids (B, S) int, tgt_ids (B, T) int -> (logits (B, T, V), cache)."""
         src_ids, tgt_ids = self.check_inputs(src_ids, tgt_ids, rng)
         return self._forward(src_ids, tgt_ids, rng)
 
-    def encode(self, src_ids, rng=None):
+    def encode(self, src_ids: np.ndarray,
+               rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, Any]:
         """src_ids (B, S) -> (memory (B, S, E), src_mask (B, 1, 1, S) bool, cache)."""
         src_ids, _ = self.check_inputs(src_ids, None, rng)
         return self._encode(src_ids, rng)
 
-    def decode(self, tgt_ids, memory, src_mask, rng=None):
+    def decode(self, tgt_ids: np.ndarray, memory: np.ndarray, src_mask: np.ndarray,
+               rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """tgt_ids (B, T), memory (B, S, E), src_mask bool broadcastable to (B, H, T, S)
         -> (logits (B, T, V), cache)."""
         _, tgt_ids = self.check_inputs(None, tgt_ids, rng)
@@ -138,7 +153,8 @@ class Transformer(Module):
         src_mask = check_mask(src_mask, "src_mask", (b, self.config.n_heads, t, memory.shape[1]))
         return self._decode(tgt_ids, memory, src_mask, rng)
 
-    def loss(self, src_ids, tgt_in, tgt_out, label_smoothing: float = 0.0, rng=None):
+    def loss(self, src_ids: np.ndarray, tgt_in: np.ndarray, tgt_out: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Forward, token cross-entropy (pad_id ignored, optional label smoothing) and backward.
 
         tgt_in is the decoder input (starts with BOS), tgt_out the same sequence shifted left.
@@ -152,18 +168,20 @@ class Transformer(Module):
         return loss, self.backward(dlogits, cache)[1]
 
     # -- forward pieces -------------------------------------------------------------------------
-    def _forward(self, src_ids, tgt_ids, rng):
+    def _forward(self, src_ids: np.ndarray, tgt_ids: np.ndarray,
+                 rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         memory, src_mask, enc_cache = self._encode(src_ids, rng)              # (B, S, E)
         logits, dec_cache = self._decode(tgt_ids, memory, src_mask, rng)      # (B, T, V)
         return logits, (enc_cache, dec_cache)
 
-    def _encode(self, src_ids, rng):
+    def _encode(self, src_ids: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray, tuple]:
         src_mask = padding_mask(src_ids, self.config.pad_id)                # (B, 1, 1, S)
         x, c_emb = self.src_embedding.forward(src_ids, rng)                  # (B, S, E)
         memory, c_enc = self.stack.encode(x, mask=src_mask, rng=rng)        # (B, S, E)
         return memory, src_mask, (c_emb, c_enc)
 
-    def _decode(self, tgt_ids, memory, src_mask, rng):
+    def _decode(self, tgt_ids: np.ndarray, memory: np.ndarray, src_mask: np.ndarray,
+                rng: np.random.Generator | None) -> tuple[np.ndarray, tuple]:
         tgt_keys = padding_mask(tgt_ids, self.config.pad_id)                # (B, 1, 1, T); causal added inside
         y, c_emb = self.tgt_embedding.forward(tgt_ids, rng)                  # (B, T, E)
         h, c_dec = self.stack.decode(y, memory, tgt_mask=tgt_keys, memory_mask=src_mask,
@@ -171,12 +189,12 @@ class Transformer(Module):
         logits, c_out = self.project_output(h)                              # (B, T, V)
         return logits, (c_emb, c_dec, c_out)
 
-    def project_output(self, h: np.ndarray):
+    def project_output(self, h: np.ndarray) -> tuple[np.ndarray, Any]:
         """The pre-softmax projection: h (..., E) -> (logits (..., V), cache)."""
         return output_forward(h, self.tgt_embedding, getattr(self, "generator", None))
 
     # -- backward -------------------------------------------------------------------------------
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, T, V) -> (dinputs, grads), grads one entry per state_dict() key with the same
         shape. The ids have no gradient; dinputs holds the gradients of the loss with respect to the
         embedding layers' outputs, ``src_embeddings`` (B, S, E) and ``tgt_embeddings`` (B, T, E), and
@@ -192,7 +210,7 @@ class Transformer(Module):
         return {"src_embeddings": d["src"], "tgt_embeddings": d["tgt"], "memory": d["memory"]}, grads
 
     # -- inspection -----------------------------------------------------------------------------
-    def attention_weights(self, cache) -> dict:
+    def attention_weights(self, cache: Any) -> dict:
         """{"encoder": [{"self": (B, H, S, S)}] per layer,
             "decoder": [{"self": (B, H, T, T), "cross": (B, H, T, S)}] per layer}."""
         (_, c_enc), (_, c_dec, _) = cache

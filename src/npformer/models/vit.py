@@ -15,8 +15,10 @@ Dimension legend: B batch, H/W/C image, T tokens, E model width, K classes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
@@ -58,7 +60,13 @@ class ViTConfig(BlockConfig):
 
 
 class ViT(Module):
-    def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: ViTConfig
+    patch_embed: PatchEmbedding
+    encoder: Encoder
+    head: Linear
+
+    def __init__(self, config: ViTConfig, rng: np.random.Generator | int = 0, dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, ViTConfig, rng)
         self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
                                                       cls_token=c.pool == "cls", positional=c.positional,
@@ -66,12 +74,12 @@ class ViT(Module):
         self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         self.add_module("head", Linear(c.d_model, c.n_classes, rng=rng, dtype=dtype))
 
-    def check_inputs(self, images, rng=None) -> np.ndarray:
+    def check_inputs(self, images: ArrayLike, rng: np.random.Generator | None = None) -> np.ndarray:
         """Validate images ((B, H, W, C) in the model's dtype, finite) and the rng."""
         check_rng(self, rng, self.config.dropout)
         return check_images(images, self.config.image_size, self.config.in_channels, self.dtype)
 
-    def forward(self, images: np.ndarray, rng=None):
+    def forward(self, images: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """images (B, H, W, C) in the model's dtype -> (logits (B, K), cache)."""
         images = self.check_inputs(images, rng)
         x, c_embed = self.patch_embed.forward(images, rng)        # (B, T, E)
@@ -80,7 +88,7 @@ class ViT(Module):
         logits, c_head = self.head.forward(pooled)                # (B, K)
         return logits, (c_embed, c_enc, c_head, h.shape)
 
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, K) -> ({"images": d loss / d images (B, H, W, C)}, grads), grads one per state_dict key."""
         c_embed, c_enc, c_head, h_shape = cache
         grads: dict = {}
@@ -97,7 +105,8 @@ class ViT(Module):
         add_grads(grads, g, "patch_embed")
         return {"images": dimages}, grads
 
-    def loss(self, images: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0, rng=None):
+    def loss(self, images: np.ndarray, labels: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Mean cross-entropy of the class logits; returns (loss float, grads)."""
         labels = np.asarray(labels)
         if labels.dtype.kind not in "iu" or labels.shape != images.shape[:1]:
@@ -120,6 +129,6 @@ class ViT(Module):
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
     @staticmethod
-    def attention_weights(cache) -> list[dict]:
+    def attention_weights(cache: Any) -> list[dict]:
         """One {"self": (B, H, T, T)} per layer (as EncoderClassifier); token 0 is [CLS] when pool == "cls"."""
         return Encoder.attention_weights(cache[1])

@@ -32,8 +32,10 @@ E width.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
@@ -54,7 +56,7 @@ from .config import (
 N_ACTIONS = 2                      # pick, place
 
 
-def check_text_states(states, text_dim: int, max_words: int, dtype) -> np.ndarray:
+def check_text_states(states: ArrayLike, text_dim: int, max_words: int, dtype: DTypeLike) -> np.ndarray:
     """Return ``states`` if it is a finite (B, L, S) array in ``dtype`` with B >= 1, 1 <= L <= max_words and
     S == text_dim, or raise naming what was expected."""
     if not isinstance(states, np.ndarray) or states.ndim != 3 or states.shape[2] != text_dim \
@@ -108,9 +110,21 @@ class VLAConfig(BlockConfig):
 
 
 class VLA(Module):
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: VLAConfig
+    text_proj: Linear                                # frozen MiniLM states only
+    text_dropout: Dropout                            # frozen MiniLM states only
+    word_embed: Embeddings                           # own word table only
+    patch_embed: PatchEmbedding
+    type_embed: Embedding
+    encoder: Encoder
+    pick_head: Linear
+    place_head: Linear
+    cell_key: Linear                                 # place by keys only
+
     WORD, PATCH = 0, 1             # rows of type_embed
 
-    def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype=np.float32) -> None:
+    def __init__(self, config: VLAConfig, rng: np.random.Generator | int = 0, dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, VLAConfig, rng)
         self.params["action_queries"] = (rng.standard_normal((1, N_ACTIONS, c.d_model)) * 0.02).astype(dtype)
         if c.text_dim:
@@ -137,7 +151,8 @@ class VLA(Module):
         a, n = N_ACTIONS, self.config.n_cells
         return {"actions": slice(0, a), "words": slice(a, a + n_words), "patches": slice(a + n_words, a + n_words + n)}
 
-    def check_inputs(self, words, images, rng=None):
+    def check_inputs(self, words: ArrayLike, images: ArrayLike,
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Validate the words (word ids (B, L) ints in the vocabulary or, when text_dim = S > 0, text states
         (B, L, S) in the model's dtype, finite; L <= max_words), the images ((B, H, W, C) in the model's
         dtype, finite) and the rng. Returns (words, images)."""
@@ -156,7 +171,8 @@ class VLA(Module):
         zeros (a frozen language model's states never are; padding is)."""
         return (words != 0).any(axis=-1) if self.config.text_dim else words != self.config.pad_id
 
-    def forward(self, words: np.ndarray, images: np.ndarray, rng=None):
+    def forward(self, words: np.ndarray, images: np.ndarray,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """words: ids (B, L) int, or text states (B, L, S) when text_dim = S > 0 (padding: rows of zeros);
         images (B, H, W, C) -> (logits (B, 2, N): pick and place over cells, cache)."""
         c = self.config
@@ -183,7 +199,7 @@ class VLA(Module):
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
 
-    def _words_forward(self, words: np.ndarray, rng):
+    def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
         """The word tokens (B, L, E) before their type embedding, and the cache."""
         if not self.config.text_dim:
             return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
@@ -191,7 +207,7 @@ class VLA(Module):
         x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
         return x, (c_proj, c_drop)
 
-    def _words_backward(self, dxw: np.ndarray, c_w, grads: dict):
+    def _words_backward(self, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
         """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None
         for word ids."""
         if not self.config.text_dim:
@@ -204,7 +220,7 @@ class VLA(Module):
         add_grads(grads, g, "text_proj")
         return dstates
 
-    def backward(self, dlogits: np.ndarray, cache):
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, 2, N) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
         d images (B, H, W, C)} and, when text_dim > 0, "words": d loss / d text states (B, L, S); word ids
         have no gradient."""
@@ -237,7 +253,8 @@ class VLA(Module):
         add_grads(grads, g, "patch_embed")
         return ({"images": dimages} if dwords is None else {"images": dimages, "words": dwords}), grads
 
-    def loss(self, words, images, actions, label_smoothing: float = 0.0, rng=None):
+    def loss(self, words: np.ndarray, images: np.ndarray, actions: np.ndarray, label_smoothing: float = 0.0,
+             rng: np.random.Generator | None = None) -> tuple[float, dict[str, np.ndarray]]:
         """Mean cross-entropy over both action tokens; words as ``forward``'s, actions (B, 2) int [pick,
         place]. Returns (loss, grads)."""
         actions = np.asarray(actions)
@@ -264,6 +281,6 @@ class VLA(Module):
         return np.concatenate(out) if out else np.zeros((0, N_ACTIONS), dtype=np.int64)
 
     @staticmethod
-    def attention_weights(cache) -> list[dict]:
+    def attention_weights(cache: Any) -> list[dict]:
         """One {"self": (B, H, T, T)} per layer; ``layout`` says which tokens are actions, words, patches."""
         return Encoder.attention_weights(cache[2])

@@ -18,8 +18,10 @@ True keeps the weights (exact); False does not need them (tiled once Tq * Tk rea
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import attention_backward, attention_forward, attention_weights_grad, linear_backward, linear_forward
 from ..ops.flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
@@ -56,12 +58,15 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 class MultiHeadAttention(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    out_proj: Linear
+
     # When True, backward also returns d loss / d weights (B, H, Tq, Tk) in grads under "attention_weights"
     # (not a parameter): npformer.explore sets it for one backward to compute Chefer et al.'s relevance.
     report_weights_grad = False
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -74,7 +79,7 @@ class MultiHeadAttention(Module):
         self.out_proj.params["bias"][...] = 0
 
     # -- projections ----------------------------------------------------------------------
-    def project_kv(self, x_kv: np.ndarray):
+    def project_kv(self, x_kv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Keys and values of x_kv, split into heads: (k, v), each (B, H, Tk, D).
         Decoding caches these (the encoder memory's never change)."""
         e = self.d_model
@@ -82,15 +87,17 @@ class MultiHeadAttention(Module):
         kv, _ = linear_forward(x_kv, w[e:], b[e:])                 # (B, Tk, 2E)
         return split_heads(kv[..., :e], self.n_heads), split_heads(kv[..., e:], self.n_heads)
 
-    def project_qkv(self, x: np.ndarray):
+    def project_qkv(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         """Self-attention's q, k, v from one matrix product: each (B, H, T, D)."""
         e = self.d_model
         qkv, _ = linear_forward(x, self.params["in_proj_weight"], self.params["in_proj_bias"])  # (B, T, 3E)
         return tuple(split_heads(qkv[..., i * e:(i + 1) * e], self.n_heads) for i in range(3))
 
     # -- op pair ----------------------------------------------------------------------------
-    def forward(self, x_q, x_kv=None, mask=None, bias=None, causal=False, rng=None, kv=None,
-                need_weights: bool | None = None):
+    def forward(self, x_q: np.ndarray, x_kv: np.ndarray | None = None, mask: np.ndarray | None = None,
+                bias: np.ndarray | None = None, causal: bool = False, rng: np.random.Generator | None = None,
+                kv: tuple[np.ndarray, np.ndarray] | None = None,
+                need_weights: bool | None = None) -> tuple[np.ndarray, Any]:
         """x_q (B, Tq, E); x_kv (B, Tk, E) for cross-attention, None for self-attention.
 
         mask: bool, broadcastable to (B, H, Tq, Tk), True = may attend.
@@ -107,7 +114,7 @@ class MultiHeadAttention(Module):
             q_all, _ = linear_forward(x_q, w[:e], b[:e])           # (B, Tq, E)
             q = split_heads(q_all, h)                              # (B, H, Tq, D)
             k, v = kv
-            proj_cache = None
+            proj_cache: tuple | None = None
         elif x_kv is None:
             qkv, proj_cache = linear_forward(x_q, w, b)            # (B, T, 3E)
             q, k, v = (split_heads(qkv[..., i * e:(i + 1) * e], h) for i in range(3))
@@ -120,6 +127,7 @@ class MultiHeadAttention(Module):
             proj_cache = (cq, ckv)
         p = self.dropout if self.training else 0.0
         if use_tiled(need_weights, self.training, q.shape[-2], k.shape[-2]):
+            att_cache: FlashAttentionCache | tuple
             heads, att_cache = flash_attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
                                                        dropout_p=p, rng=rng)  # (B, H, Tq, D)
         else:
@@ -131,20 +139,20 @@ class MultiHeadAttention(Module):
         return out, cache
 
     @staticmethod
-    def attention_weights(cache) -> np.ndarray:
+    def attention_weights(cache: Any) -> np.ndarray:
         """The attention weights (B, H, Tq, Tk) of a forward cache (before attention dropout)."""
         _check_weights_kept(cache[2])
         return cache[2][3]
 
     @staticmethod
-    def attention_parts(cache) -> tuple:
+    def attention_parts(cache: Any) -> tuple:
         """(q, k, v, weights, scale) of a forward cache, as the attention op used them: q (B, H, Tq, D),
         k and v (B, H, Tk, D), weights (B, H, Tq, Tk) before attention dropout, scale (1/sqrt(D))."""
         _check_weights_kept(cache[2])
         q, k, v, weights, _, scale = cache[2]
         return q, k, v, weights, scale
 
-    def backward(self, dout, cache):
+    def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
         is_self, proj_cache, att_cache, out_cache = cache
         if proj_cache is None:
@@ -165,6 +173,7 @@ class MultiHeadAttention(Module):
         if is_self:
             dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)
+            assert db is not None                                  # in_proj has a bias
             grads["in_proj_weight"], grads["in_proj_bias"] = dw, db
             return (dx, None), grads
         cq, ckv = proj_cache
@@ -175,7 +184,7 @@ class MultiHeadAttention(Module):
         return (dx_q, dx_kv), grads
 
 
-def _check_weights_kept(att_cache) -> None:
+def _check_weights_kept(att_cache: Any) -> None:
     """ValueError when a forward ran the tiled kernel, which keeps no (B, H, Tq, Tk) weights."""
     if isinstance(att_cache, FlashAttentionCache):
         raise ValueError("the attention weights were not kept: this forward ran the tiled O(T)-memory "

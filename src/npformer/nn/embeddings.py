@@ -9,8 +9,10 @@ Dimension legend: B batch, T positions, V vocabulary, E model width.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import sinusoidal_positions
 from .basic import Dropout, Embedding
@@ -18,9 +20,14 @@ from .module import Module
 
 
 class Embeddings(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    tok: Embedding
+    pos: Embedding                                # learned positions only
+    dropout: Dropout
+
     def __init__(self, vocab_size: int, d_model: int, max_len: int = 512, positional: str = "sinusoidal",
                  scale: bool = True, dropout: float = 0.1, rng: np.random.Generator | None = None,
-                 dtype=np.float32) -> None:
+                 dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if positional not in ("sinusoidal", "learned", "none"):
             raise ValueError(f"positional must be 'sinusoidal', 'learned' or 'none', got {positional!r}")
@@ -32,13 +39,13 @@ class Embeddings(Module):
         if positional == "learned":
             self.add_module("pos", Embedding(max_len, d_model, rng=rng, dtype=dtype, std=0.02))
         self.add_module("dropout", Dropout(dropout))
-        self._pe = None
+        self._pe: np.ndarray | None = None
 
     @property
     def vocab_size(self) -> int:
         return self.tok.num_embeddings
 
-    def positions(self, t: int, offset: int = 0, dtype=np.float32) -> np.ndarray:
+    def positions(self, t: int, offset: int = 0, dtype: DTypeLike = np.float32) -> np.ndarray:
         """(T, E) position vectors for positions offset .. offset + T - 1."""
         if offset + t > self.max_len:
             raise ValueError(f"sequence of length {offset + t} is longer than max_len {self.max_len}")
@@ -50,7 +57,8 @@ class Embeddings(Module):
             self._pe = sinusoidal_positions(self.max_len, self.d_model, dtype)
         return self._pe[offset:offset + t]
 
-    def forward(self, ids: np.ndarray, rng=None, offset: int = 0):
+    def forward(self, ids: np.ndarray, rng: np.random.Generator | None = None,
+                offset: int = 0) -> tuple[np.ndarray, Any]:
         """ids (B, T) int -> (x (B, T, E), cache). ``offset`` shifts positions (KV-cache decoding)."""
         b, t = ids.shape
         e, ce = self.tok.forward(ids)                               # (B, T, E)
@@ -59,7 +67,7 @@ class Embeddings(Module):
         x, cd = self.dropout.forward(x, rng)
         return x, (ce, cd, t, offset)
 
-    def backward(self, dx, cache, dtok=None):
+    def backward(self, dx: np.ndarray, cache: Any, dtok: np.ndarray | None = None) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns (None, grads): ids have no gradient.
 
         dtok: the token table's gradient so far, (V, E), e.g. a tied output projection's; the

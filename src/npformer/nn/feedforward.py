@@ -8,18 +8,29 @@ Dimension legend: ``...`` leading dims, E model width, F inner width (d_ff).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import gelu_backward, gelu_forward, relu_backward, relu_forward
 from .basic import Dropout, Linear
 from .module import Module, add_grads
 
-ACTIVATIONS = {"relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+# name -> (forward(x) -> (y, cache), backward(dy, cache) -> dx)
+ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
 
 
 class FeedForward(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    linear1: Linear
+    dropout: Dropout
+    linear2: Linear
+
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -29,7 +40,7 @@ class FeedForward(Module):
         self.add_module("dropout", Dropout(dropout))
         self.add_module("linear2", Linear(d_ff, d_model, rng=rng, dtype=dtype))
 
-    def forward(self, x, rng=None):
+    def forward(self, x: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         act_f, _ = ACTIVATIONS[self.activation]
         h, c1 = self.linear1.forward(x)                            # (..., F)
         a, ca = act_f(h)                                           # (..., F)
@@ -37,7 +48,7 @@ class FeedForward(Module):
         y, c2 = self.linear2.forward(a)                            # (..., E)
         return y, (c1, ca, cd, c2)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         c1, ca, cd, c2 = cache
         _, act_b = ACTIVATIONS[self.activation]
         grads: dict = {}

@@ -30,6 +30,7 @@ H heads, D = E / H head size, L one sequence's length.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .basic import LayerNorm, Linear
     from .feedforward import FeedForward
     from .layers import EncoderLayer
+    from .module import Module
     from .stacks import Encoder
 
 
@@ -59,7 +61,7 @@ def linear_packed(linear: Linear, x: np.ndarray, out: np.ndarray | None = None,
     return y
 
 
-def transposed_weights(module) -> dict:
+def transposed_weights(module: Module) -> dict:
     """{Linear or MultiHeadAttention inside ``module``: its weight transposed, (I, O) C-contiguous}.
 
     Why: ``x @ W.T`` hands the BLAS a transposed operand, and OpenBLAS's float32 products on few
@@ -70,7 +72,7 @@ def transposed_weights(module) -> dict:
     from .attention import MultiHeadAttention
     from .basic import Linear
 
-    out = {}
+    out: dict[Module, np.ndarray] = {}
     for _, m in module.modules():
         if isinstance(m, Linear):
             out[m] = np.ascontiguousarray(m.params["weight"].T)      # (I, O)
@@ -84,7 +86,7 @@ def layernorm_packed(norm: LayerNorm, x: np.ndarray, out: np.ndarray | None = No
     return layernorm_inference(x, norm.params["weight"], norm.params["bias"], norm.eps, out=out)
 
 
-def _check_packed(x: np.ndarray, e: int, offsets):
+def _check_packed(x: np.ndarray, e: int, offsets: Sequence[int] | np.ndarray | None) -> Sequence[int] | np.ndarray:
     """The offsets of x (N, E), checked; (0, N) when None."""
     if x.ndim != 2 or x.shape[1] != e:
         raise ValueError(f"x must be packed as (N, {e}), got shape {x.shape}")
@@ -95,7 +97,7 @@ def _check_packed(x: np.ndarray, e: int, offsets):
     return offsets
 
 
-def equal_length_runs(offsets) -> list[tuple[int, int, int]]:
+def equal_length_runs(offsets: Sequence[int] | np.ndarray) -> list[tuple[int, int, int]]:
     """Runs of consecutive packed sequences of one length: [(first row, rows, length L)], in order.
 
     A run of c sequences of length L is c * L contiguous rows that reshape, without a copy, to a
@@ -112,7 +114,8 @@ def equal_length_runs(offsets) -> list[tuple[int, int, int]]:
     return [(int(offsets[a]), int(offsets[b] - offsets[a]), int(lengths[a])) for a, b in zip(first, end, strict=True)]
 
 
-def self_attention_packed(mha: MultiHeadAttention, x: np.ndarray, offsets=None, weights: dict | None = None):
+def self_attention_packed(mha: MultiHeadAttention, x: np.ndarray, offsets: Sequence[int] | np.ndarray | None = None,
+                          weights: dict | None = None) -> tuple[np.ndarray, None]:
     """Self-attention of packed sequences: x (N, E) -> (out (N, E), None); no weights, no dropout.
 
     Consecutive sequences of equal length run as one batch (``equal_length_runs``): the heads of a
@@ -134,7 +137,8 @@ def self_attention_packed(mha: MultiHeadAttention, x: np.ndarray, offsets=None, 
     return linear_packed(mha.out_proj, ctx, weights=weights), None  # (N, E)
 
 
-def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512, weights: dict | None = None):
+def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512,
+                       weights: dict | None = None) -> tuple[np.ndarray, None]:
     """act(x W1^T + b1) W2^T + b2, no dropout: x (..., E) -> (out (..., E), None).
 
     Positions go through in blocks of ``rows``, so that a block's (rows, F) hidden
@@ -153,7 +157,8 @@ def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512, weights
     return out.reshape(x.shape[:-1] + out.shape[-1:]), None        # (..., E)
 
 
-def encoder_layer_packed(layer: EncoderLayer, x: np.ndarray, offsets=None, weights: dict | None = None):
+def encoder_layer_packed(layer: EncoderLayer, x: np.ndarray, offsets: Sequence[int] | np.ndarray | None = None,
+                         weights: dict | None = None) -> tuple[np.ndarray, None]:
     """One encoder layer on packed sequences: x (N, E) -> (y (N, E), None). The layer's own block,
     on the fast path, around the packed self-attention and feed-forward."""
     y, _ = layer.block(x, partial(self_attention_packed, layer.self_attn, offsets=offsets, weights=weights),
@@ -161,7 +166,8 @@ def encoder_layer_packed(layer: EncoderLayer, x: np.ndarray, offsets=None, weigh
     return y, None
 
 
-def encoder_packed(encoder: Encoder, x: np.ndarray, offsets=None, weights: dict | None = None):
+def encoder_packed(encoder: Encoder, x: np.ndarray, offsets: Sequence[int] | np.ndarray | None = None,
+                   weights: dict | None = None) -> tuple[np.ndarray, None]:
     """The encoder stack on packed sequences: x (N, E) -> (y (N, E), None); then the final norm, if any.
     weights: ``transposed_weights(encoder)``, made once and passed to every call (optional)."""
     for layer in encoder.layers:

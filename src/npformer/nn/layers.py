@@ -11,9 +11,12 @@ Masks are boolean, True = may attend, broadcastable to (B, H, Tq, Tk); see
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .attention import MultiHeadAttention
 from .basic import Dropout, LayerNorm
@@ -27,11 +30,22 @@ class _Block(Module):
     Dropout per sub-layer (``norm{i}``/``dropout{i}``, i = 1 .. number of sub-layers).
     The rng draws self_attn, [multihead_attn,] ffn in that order: the order fixes what a seed gives."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    self_attn: MultiHeadAttention
+    multihead_attn: MultiHeadAttention               # cross only
+    ffn: FeedForward
+    norm1: LayerNorm
+    norm2: LayerNorm
+    norm3: LayerNorm                                 # cross only
+    dropout1: Dropout
+    dropout2: Dropout
+    dropout3: Dropout                                # cross only
+
     cross = False                                                  # DecoderLayer: attends to a memory too
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, eps: float = 1e-5,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.norm_first = norm_first
@@ -47,19 +61,21 @@ class _Block(Module):
 class EncoderLayer(_Block):
     """Self-attention, then the FFN, each a residual sub-layer (``torch.nn.TransformerEncoderLayer``)."""
 
-    def block(self, x, self_attn, ffn, rng=None, fast=False):
+    def block(self, x: np.ndarray, self_attn: Callable[..., tuple], ffn: Callable[..., tuple],
+              rng: np.random.Generator | None = None, fast: bool = False) -> tuple[np.ndarray, tuple]:
         """The layer's two residual sub-layers around F's given as self_attn(h), ffn(h) -> (y, cache).
         forward, packed inference and KV-cache decoding differ only in those F's."""
         x, c1 = sublayer_forward(x, self_attn, self.norm1, self.dropout1, self.norm_first, rng, fast)
         x, c2 = sublayer_forward(x, ffn, self.norm2, self.dropout2, self.norm_first, rng, fast)
         return x, (c1, c2)
 
-    def forward(self, x, mask=None, bias=None, causal=False, rng=None):
+    def forward(self, x: np.ndarray, mask: np.ndarray | None = None, bias: np.ndarray | None = None,
+                causal: bool = False, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """x (B, S, E) -> (y (B, S, E), cache); ``attention_weights(cache)`` reads the weights."""
         return self.block(x, partial(self.self_attn.forward, mask=mask, bias=bias, causal=causal, rng=rng),
                           partial(self.ffn.forward, rng=rng), rng)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns (dx, grads)."""
         c1, c2 = cache
         nf = self.norm_first
@@ -69,7 +85,7 @@ class EncoderLayer(_Block):
         return dx, {**g_ffn, **g_sa}
 
     @staticmethod
-    def attention_weights(cache) -> dict:
+    def attention_weights(cache: Any) -> dict:
         """{'self': (B, H, S, S)} from a forward cache."""
         return {"self": MultiHeadAttention.attention_weights(cache[0].fn)}
 
@@ -80,7 +96,9 @@ class DecoderLayer(_Block):
 
     cross = True
 
-    def block(self, x, self_attn, cross_attn, ffn, rng=None, fast=False):
+    def block(self, x: np.ndarray, self_attn: Callable[..., tuple], cross_attn: Callable[..., tuple],
+              ffn: Callable[..., tuple], rng: np.random.Generator | None = None,
+              fast: bool = False) -> tuple[np.ndarray, tuple]:
         """The layer's three residual sub-layers around self_attn(h), cross_attn(h), ffn(h) -> (y, cache)."""
         nf = self.norm_first
         x, c1 = sublayer_forward(x, self_attn, self.norm1, self.dropout1, nf, rng, fast)
@@ -88,8 +106,10 @@ class DecoderLayer(_Block):
         x, c3 = sublayer_forward(x, ffn, self.norm3, self.dropout3, nf, rng, fast)
         return x, (c1, c2, c3)
 
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None, tgt_bias=None, memory_bias=None,
-                causal=True, rng=None):
+    def forward(self, x: np.ndarray, memory: np.ndarray, tgt_mask: np.ndarray | None = None,
+                memory_mask: np.ndarray | None = None, tgt_bias: np.ndarray | None = None,
+                memory_bias: np.ndarray | None = None, causal: bool = True,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """x (B, T, E), memory (B, S, E) -> (y (B, T, E), cache).
 
         Self-attention is causal by default (the decoder must not read the future).
@@ -99,7 +119,7 @@ class DecoderLayer(_Block):
                                   rng=rng),
                           partial(self.ffn.forward, rng=rng), rng)
 
-    def backward(self, dy, cache):
+    def backward(self, dy: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns ((dx, dmemory), grads)."""
         c1, c2, c3 = cache
         nf = self.norm_first
@@ -111,7 +131,7 @@ class DecoderLayer(_Block):
         return (dx, dmemory), {**g3, **g2, **g1}
 
     @staticmethod
-    def attention_weights(cache) -> dict:
+    def attention_weights(cache: Any) -> dict:
         """{'self': (B, H, T, T), 'cross': (B, H, T, S)} from a forward cache."""
         return {"self": MultiHeadAttention.attention_weights(cache[0].fn),
                 "cross": MultiHeadAttention.attention_weights(cache[1].fn)}

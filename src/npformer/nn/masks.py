@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..ops.attention import causal_mask
 
@@ -11,7 +12,7 @@ def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
     return (ids != pad_id)[:, None, None, :]
 
 
-def lengths_mask(lengths, t_k: int) -> np.ndarray:
+def lengths_mask(lengths: ArrayLike, t_k: int) -> np.ndarray:
     """Real lengths (B,) -> (B, 1, 1, Tk)."""
     return (np.arange(t_k)[None, :] < np.asarray(lengths)[:, None])[:, None, None, :]
 

@@ -12,9 +12,13 @@ children's grads under the child's name with ``add_grads``.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+M = TypeVar("M", bound="Module")
 
 
 def add_grads(into: dict, grads: dict, prefix: str) -> dict:
@@ -36,7 +40,7 @@ class Module:
         self.training: bool = True
 
     # -- the op pair: one calling convention for every module and model ----------------------
-    def forward(self, *inputs, **options):
+    def forward(self, *inputs: Any, **options: Any) -> tuple[Any, Any]:
         """``forward(*inputs, ...) -> (out, cache)``.
 
         The cache holds what ``backward`` needs and is returned, never stored on ``self``, so one
@@ -45,7 +49,7 @@ class Module:
         """
         raise NotImplementedError(f"{type(self).__name__} has no forward")
 
-    def backward(self, dout, cache):
+    def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """``backward(dout, cache) -> (dinputs, grads)``.
 
         grads: a flat dict of the parameters' gradients, keyed as ``state_dict()`` relative to
@@ -62,7 +66,7 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no backward")
 
     # -- tree -----------------------------------------------------------------
-    def add_module(self, name: str, module: "Module") -> "Module":
+    def add_module(self, name: str, module: M) -> M:
         self._children[name] = module
         object.__setattr__(self, name, module) if name.isidentifier() else None
         return module
@@ -107,7 +111,7 @@ class Module:
             return v.dtype
         return np.dtype(np.float32)
 
-    def astype(self, dtype) -> "Module":
+    def astype(self, dtype: DTypeLike) -> "Module":
         """Convert every parameter to ``dtype`` (float32 to train, float64 to verify). Returns self."""
         for _, mod in self.modules():
             for k in list(mod.params):
@@ -126,10 +130,11 @@ class Module:
         return f"{type(self).__name__}({self.num_parameters():,} parameters)"
 
 
-class ModuleList(Module):
-    """Children named "0", "1", ... as in torch's ``nn.ModuleList``."""
+class ModuleList(Module, Generic[M]):
+    """Children named "0", "1", ... as in torch's ``nn.ModuleList``; ``ModuleList[EncoderLayer]`` holds
+    encoder layers only."""
 
-    def __init__(self, modules) -> None:
+    def __init__(self, modules: Iterable[M]) -> None:
         super().__init__()
         for i, m in enumerate(modules):
             self.add_module(str(i), m)
@@ -137,8 +142,8 @@ class ModuleList(Module):
     def __len__(self) -> int:
         return len(self._children)
 
-    def __getitem__(self, i: int) -> Module:
-        return self._children[str(i if i >= 0 else len(self) + i)]
+    def __getitem__(self, i: int) -> M:
+        return cast(M, self._children[str(i if i >= 0 else len(self) + i)])
 
-    def __iter__(self):
-        return iter(self._children.values())
+    def __iter__(self) -> Iterator[M]:
+        return iter(cast("dict[str, M]", self._children).values())

@@ -18,8 +18,10 @@ Images are channels-last (B, H, W, C), as numpy and matplotlib hold them.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..ops import linear_backward, linear_forward, sinusoidal_positions_2d
 from .basic import Dropout
@@ -46,9 +48,12 @@ def patches_to_image(patches: np.ndarray, h: int, w: int, c: int, p: int) -> np.
 class PatchEmbedding(Module):
     """(B, H, W, C) images -> (B, T, E) tokens: patches projected, [CLS] prepended, positions added."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    dropout: Dropout
+
     def __init__(self, image_size: int | tuple[int, int], patch_size: int, in_channels: int, d_model: int,
                  cls_token: bool = True, positional: str = "learned", dropout: float = 0.0,
-                 rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         h, w = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         if patch_size <= 0 or h % patch_size or w % patch_size:
@@ -76,7 +81,7 @@ class PatchEmbedding(Module):
     def n_tokens(self) -> int:
         return self.n_patches + int(self.has_cls)
 
-    def positions(self, dtype) -> np.ndarray:
+    def positions(self, dtype: DTypeLike) -> np.ndarray:
         """(1, T, E) position vectors added to the tokens."""
         if self.positional == "learned":
             return self.params["pos_embed"]
@@ -85,7 +90,7 @@ class PatchEmbedding(Module):
             pe[0, int(self.has_cls):] = sinusoidal_positions_2d(*self.grid, self.d_model, dtype)
         return pe
 
-    def forward(self, images: np.ndarray, rng=None):
+    def forward(self, images: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """images (B, H, W, C) float -> (tokens (B, T, E), cache)."""
         if images.ndim != 4 or images.shape[1:] != (*self.image_size, self.in_channels):
             raise ValueError(f"images must have shape (B, {self.image_size[0]}, {self.image_size[1]}, "
@@ -103,7 +108,7 @@ class PatchEmbedding(Module):
         z, drop_cache = self.dropout.forward(z, rng)
         return z, (lin_cache, drop_cache)
 
-    def backward(self, dz: np.ndarray, cache):
+    def backward(self, dz: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dz (B, T, E) -> (dimages (B, H, W, C), grads)."""
         lin_cache, drop_cache = cache
         dz, _ = self.dropout.backward(dz, drop_cache)

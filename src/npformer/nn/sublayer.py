@@ -9,10 +9,16 @@ Dimension legend: ``...`` leading dims, E model width.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from ..ops import layernorm_inference
 from .module import add_grads
+
+if TYPE_CHECKING:
+    from .basic import Dropout, LayerNorm
 
 
 class SublayerCache(NamedTuple):
@@ -21,14 +27,15 @@ class SublayerCache(NamedTuple):
     drop: object        # the dropout mask, or None
 
 
-def _norm(norm, v, fast: bool, in_place: bool):
+def _norm(norm: LayerNorm, v: np.ndarray, fast: bool, in_place: bool) -> tuple[np.ndarray, Any]:
     if fast:
         p = norm.params
         return layernorm_inference(v, p["weight"], p["bias"], norm.eps, out=v if in_place else None), None
     return norm.forward(v)
 
 
-def sublayer_forward(x, fn, norm, dropout, norm_first: bool, rng=None, fast: bool = False):
+def sublayer_forward(x: np.ndarray, fn: Callable[..., tuple], norm: LayerNorm, dropout: Dropout, norm_first: bool,
+                     rng: np.random.Generator | None = None, fast: bool = False) -> tuple[np.ndarray, SublayerCache]:
     """x (..., E) -> (out (..., E), SublayerCache).
 
     fn(h) -> (y, cache): the sub-layer F on what it reads; y must be a fresh array (the residual
@@ -47,8 +54,8 @@ def sublayer_forward(x, fn, norm, dropout, norm_first: bool, rng=None, fast: boo
     return out, SublayerCache(cn, cf, cd)
 
 
-def sublayer_backward(dout, cache: SublayerCache, fn_backward, norm, dropout, norm_first: bool,
-                      names: tuple[str, str]):
+def sublayer_backward(dout: np.ndarray, cache: SublayerCache, fn_backward: Callable[..., tuple], norm: LayerNorm,
+                      dropout: Dropout, norm_first: bool, names: tuple[str, str]) -> tuple[Any, dict[str, np.ndarray]]:
     """fn_backward(dy, cache.fn) -> (dinputs, grads), dinputs dh or a tuple (dh, *more).
     Returns (dx, or (dx, *more), grads keyed ``names[0].*`` (the norm) and ``names[1].*`` (F))."""
     if norm_first:

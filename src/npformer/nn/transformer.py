@@ -11,17 +11,24 @@ Dimension legend: B batch, S source positions, T target positions, E model width
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .module import Module, add_grads
 from .stacks import Decoder, Encoder
 
 
 class TransformerStack(Module):
+    # children made by add_module in __init__, declared for readers and the type checker
+    encoder: Encoder
+    decoder: Decoder
+
     def __init__(self, d_model: int = 512, n_heads: int = 8, n_encoder_layers: int = 6,
                  n_decoder_layers: int = 6, d_ff: int = 2048, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, final_norm: bool = True,
-                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
+                 eps: float = 1e-5, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
         self.add_module("encoder", Encoder(n_encoder_layers, d_model, n_heads, d_ff, dropout, activation,
@@ -43,17 +50,23 @@ class TransformerStack(Module):
 
     # -- op pair (npformer's conventions: bool masks True = may attend) ------------------------
     # The one encoder-to-decoder composition: models.Transformer runs encode/decode/backward too.
-    def encode(self, src, mask=None, bias=None, rng=None):
+    def encode(self, src: np.ndarray, mask: np.ndarray | None = None, bias: np.ndarray | None = None,
+               rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """src (B, S, E) -> (memory (B, S, E), cache). mask/bias: encoder self-attention."""
         return self.encoder.forward(src, mask=mask, bias=bias, rng=rng)
 
-    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_bias=None, memory_bias=None,
-               causal: bool = True, rng=None):
+    def decode(self, tgt: np.ndarray, memory: np.ndarray, tgt_mask: np.ndarray | None = None,
+               memory_mask: np.ndarray | None = None, tgt_bias: np.ndarray | None = None,
+               memory_bias: np.ndarray | None = None, causal: bool = True,
+               rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """tgt (B, T, E), memory (B, S, E) -> (out (B, T, E), cache)."""
         return self.decoder.forward(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)
 
-    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_bias=None,
-                tgt_bias=None, memory_bias=None, causal: bool = True, rng=None):
+    def forward(self, src: np.ndarray, tgt: np.ndarray, src_mask: np.ndarray | None = None,
+                tgt_mask: np.ndarray | None = None, memory_mask: np.ndarray | None = None,
+                src_bias: np.ndarray | None = None, tgt_bias: np.ndarray | None = None,
+                memory_bias: np.ndarray | None = None, causal: bool = True,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """src (B, S, E), tgt (B, T, E) -> (out (B, T, E), cache).
 
         src_mask: encoder self-attention (e.g. source padding, (B, 1, 1, S)); memory_mask:
@@ -64,7 +77,7 @@ class TransformerStack(Module):
         out, c_dec = self.decode(tgt, memory, tgt_mask, memory_mask, tgt_bias, memory_bias, causal, rng)  # (B, T, E)
         return out, (c_enc, c_dec)
 
-    def backward(self, dout, cache):
+    def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns ({"src", "tgt", "memory"}, grads): the gradients of the two inputs and of the
         encoder's output, which sums what every cross-attention sends back into the encoder."""
         c_enc, c_dec = cache
@@ -75,7 +88,7 @@ class TransformerStack(Module):
         add_grads(grads, g, "encoder")
         return {"src": dsrc, "tgt": dtgt, "memory": dmemory}, grads
 
-    def attention_weights(self, cache) -> dict:
+    def attention_weights(self, cache: Any) -> dict:
         """{'encoder': [{'self'} per layer], 'decoder': [{'self', 'cross'} per layer]}."""
         c_enc, c_dec = cache
         return {"encoder": Encoder.attention_weights(c_enc), "decoder": Decoder.attention_weights(c_dec)}

@@ -5,12 +5,14 @@ Checks run once at a public boundary (``npformer.attention``, a model's
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
 
-def check_float(x, name: str, *, finite: bool = True) -> np.ndarray:
+def check_float(x: object, name: str, *, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a float32/float64 ndarray or raise naming ``name``."""
     if not isinstance(x, np.ndarray):
         if isinstance(x, (list, tuple, float, int)):
@@ -31,7 +33,7 @@ def check_rank(x: np.ndarray, name: str, min_rank: int, max_rank: int | None = N
         raise ValueError(f"{name} must have {want} dimensions, got shape {x.shape}")
 
 
-def check_int(x, name: str) -> np.ndarray:
+def check_int(x: object, name: str) -> np.ndarray:
     """Return ``x`` as an integer ndarray of token ids, or raise naming ``name``."""
     x = np.asarray(x)
     if x.dtype.kind not in "iu":
@@ -45,7 +47,7 @@ def check_ids_in_range(ids: np.ndarray, name: str, n: int) -> None:
             f"{name} holds ids outside the vocabulary [0, {n}): min {ids.min()}, max {ids.max()}")
 
 
-def broadcast_shape(shape_a, shape_b, name_a: str, name_b: str) -> tuple:
+def broadcast_shape(shape_a: Sequence[int], shape_b: Sequence[int], name_a: str, name_b: str) -> tuple:
     try:
         return np.broadcast_shapes(tuple(shape_a), tuple(shape_b))
     except ValueError:

@@ -19,6 +19,9 @@ float64, two pieces:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 K_MAP = 3.0          # the float64 tail maps z in [1, inf) to y = (z - K) / (z + K)
@@ -27,13 +30,13 @@ DEG_TAIL = 24        # float64 tail Chebyshev degree (coefficients below 2e-19 a
 RATIONAL = (5, 5)    # float32 numerator, denominator degrees
 
 
-def _mp():
+def _mp() -> Any:
     import mpmath
     mpmath.mp.dps = 50
     return mpmath
 
 
-def chebyshev_interpolant(f, deg: int) -> list:
+def chebyshev_interpolant(f: Callable[[Any], Any], deg: int) -> list:
     """Chebyshev coefficients c_0..c_deg of the interpolant of f on [-1, 1], in mpmath."""
     mp = _mp()
     n = deg + 1
@@ -49,7 +52,7 @@ def small_polynomial() -> list:
     """Monomial coefficients s_0..s_12 of S(u) ~ erf(sqrt(u))/sqrt(u) on u in [0, 1]."""
     mp = _mp()
 
-    def f(s):                                   # s in [-1, 1] -> u = (s + 1) / 2
+    def f(s: Any) -> Any:                                   # s in [-1, 1] -> u = (s + 1) / 2
         u = (s + 1) / 2
         if u == 0:
             return 2 / mp.sqrt(mp.pi)
@@ -82,7 +85,7 @@ def tail_chebyshev() -> tuple:
     mp = _mp()
     y0 = (1 - K_MAP) / (1 + K_MAP)
 
-    def f(s):
+    def f(s: Any) -> Any:
         y = y0 + (s + 1) * (1 - y0) / 2
         if y >= 1:
             return 1 / mp.sqrt(mp.pi)
@@ -118,6 +121,7 @@ def rational_float32(iters: int = 30, lawson: int = 80) -> tuple:
         e = np.abs(err).max()
         if best is None or e < best[0]:
             best = (e, pc, qc)
+    assert best is not None                            # iters + lawson >= 1 rounds ran
     e, pc, qc = best
     cheb = np.polynomial.Chebyshev
     p_mono = cheb(pc, domain=[0.0, 16.0]).convert(kind=np.polynomial.Polynomial).coef

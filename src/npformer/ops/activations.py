@@ -20,6 +20,7 @@ matrix products of a BERT-sized encoder. The coefficients come from
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class _Scratch32:
         self.minus_one = np.full(m, -1.0, dtype=np.float32)
 
 
-def _odd_rational32(x: np.ndarray, out: np.ndarray, s: _Scratch32, pc, qc) -> None:
+def _odd_rational32(x: np.ndarray, out: np.ndarray, s: _Scratch32, pc: np.ndarray, qc: np.ndarray) -> None:
     """out = x P(u) / Q(u), u = min(x^2, u_max), for one float32 block of length <= _BLOCK."""
     m = x.size
     u, p, q = (w[:m] for w in s.work[:3])
@@ -101,7 +102,7 @@ def _odd_rational32(x: np.ndarray, out: np.ndarray, s: _Scratch32, pc, qc) -> No
     out /= q
 
 
-def _blocks(n: int):
+def _blocks(n: int) -> Iterator[slice]:
     for start in range(0, n, _BLOCK):
         yield slice(start, min(start + _BLOCK, n))
 
@@ -188,19 +189,19 @@ def erf(x: np.ndarray) -> np.ndarray:
     raise TypeError(f"erf needs float32 or float64, got dtype {x.dtype}")
 
 
-def relu_forward(x: np.ndarray):
+def relu_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Returns (y, cache)."""
     return np.maximum(x, x.dtype.type(0)), x
 
 
-def relu_backward(dy: np.ndarray, cache) -> np.ndarray:
+def relu_backward(dy: np.ndarray, cache: np.ndarray) -> np.ndarray:
     """dx = dy where x > 0, else 0. A multiply by the boolean mask: numpy's ``where`` with a scalar
     takes a loop several times slower. (An inf or NaN in dy where x <= 0 gives NaN, not 0.)"""
     x = cache
     return dy * (x > 0)                                           # (...) dy's dtype
 
 
-def gelu_forward(x: np.ndarray):
+def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Exact (erf) GELU, y = x Phi(x). Returns (y, cache); the cache holds (x, Phi(x))."""
     if x.dtype == np.float64:
         cdf = _normal_cdf64(x)                                    # (...)
@@ -228,7 +229,7 @@ def gelu_forward(x: np.ndarray):
     return y.reshape(x.shape), (flat.reshape(x.shape), cdf.reshape(x.shape))
 
 
-def gelu_backward(dy: np.ndarray, cache) -> np.ndarray:
+def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """dx = dy (Phi(x) + x phi(x)), phi the standard normal density; reuses the forward's Phi."""
     x, cdf = cache
     if x.dtype == np.float64:

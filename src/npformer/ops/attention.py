@@ -33,7 +33,7 @@ def _sum_to_shape(x: np.ndarray, shape: tuple) -> np.ndarray:
     return x.sum(axis=axes, keepdims=True) if axes else x
 
 
-def additive_mask(allowed: np.ndarray, dtype) -> np.ndarray:
+def additive_mask(allowed: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """bool ``allowed`` -> 0 where True, -inf where False, in ``dtype``, at the mask's own
     (broadcast) size, to be added to the scores: a masked copyto over every score would take
     numpy's slow masked loop."""
@@ -41,9 +41,10 @@ def additive_mask(allowed: np.ndarray, dtype) -> np.ndarray:
     return np.where(allowed, dtype.type(0), dtype.type(-np.inf))
 
 
-def attention_forward(q, k, v, mask=None, causal=False, bias=None,
+def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
+                      causal: bool = False, bias: np.ndarray | None = None,
                       dropout_p: float = 0.0, rng: np.random.Generator | None = None,
-                      scale: float | None = None):
+                      scale: float | None = None) -> tuple[np.ndarray, np.ndarray, tuple]:
     """Returns (out, weights, cache).
 
     q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv), weights (..., Tq, Tk).
@@ -77,7 +78,7 @@ def attention_forward(q, k, v, mask=None, causal=False, bias=None,
     return out, weights, cache
 
 
-def attention_weights_grad(dout: np.ndarray, cache) -> np.ndarray:
+def attention_weights_grad(dout: np.ndarray, cache: tuple) -> np.ndarray:
     """d loss / d weights (..., Tq, Tk), the gradient reaching the softmax's output (through the
     dropout mask, if any). ``attention_backward`` starts from it; explanations read it (Chefer et al. 2021)."""
     q, k, v, weights, drop, scale = cache
@@ -87,7 +88,8 @@ def attention_weights_grad(dout: np.ndarray, cache) -> np.ndarray:
     return dw
 
 
-def attention_backward(dout: np.ndarray, cache, dweights: np.ndarray | None = None):
+def attention_backward(dout: np.ndarray, cache: tuple, dweights: np.ndarray | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dq, dk, dv) with the shapes of q, k, v. ``dweights``: ``attention_weights_grad(dout,
     cache)`` when the caller has computed it already (it is read, not written)."""
     q, k, v, weights, drop, scale = cache

@@ -6,7 +6,7 @@ import numpy as np
 
 
 def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, training: bool = True,
-                    out: np.ndarray | None = None):
+                    out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Returns (y, cache). Identity when not training or p == 0.
     ``out`` may be ``x`` itself, to drop in place when the caller owns x and needs it no more."""
     if not training or p == 0.0:
@@ -22,7 +22,7 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
     return np.multiply(x, mask, out=out), mask
 
 
-def dropout_backward(dy: np.ndarray, cache, out: np.ndarray | None = None) -> np.ndarray:
+def dropout_backward(dy: np.ndarray, cache: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
     """dx = dy * mask; ``out`` may be ``dy`` itself (in place)."""
     mask = cache
     return dy if mask is None else np.multiply(dy, mask, out=out)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def embedding_forward(ids: np.ndarray, weight: np.ndarray):
+def embedding_forward(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, tuple[int, ...]]]:
     """ids (...) int, weight (V, C) -> out (..., C). Returns (out, cache)."""
     return weight[ids], (ids, weight.shape)                       # (..., C)
 
 
-def embedding_backward(dout: np.ndarray, cache, dweight: np.ndarray | None = None) -> np.ndarray:
+def embedding_backward(dout: np.ndarray, cache: tuple[np.ndarray, tuple[int, ...]],
+                       dweight: np.ndarray | None = None) -> np.ndarray:
     """Returns dweight (V, C); rows of ids that repeat get the sum of their gradients.
 
     dweight: a (V, C) gradient to add the rows into, in place, and return: a tied table's, which

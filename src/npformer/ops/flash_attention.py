@@ -75,7 +75,8 @@ def _key_stop(i1: int, t_k: int, causal: bool) -> int:
     return min(t_k, i1) if causal else t_k
 
 
-def _scores(qs, k, i0, i1, j0, j1, mask, bias, causal, diagonal: dict):
+def _scores(qs: np.ndarray, k: np.ndarray, i0: int, i1: int, j0: int, j1: int, mask: np.ndarray | None,
+            bias: np.ndarray | None, causal: bool, diagonal: dict) -> np.ndarray | None:
     """The masked score tile S = (q scale) k^T + bias, -inf where masked; None when every entry is
     masked (the tile adds nothing). qs (..., bq, D), k (..., bk, D) -> (..., bq, bk).
     Masks are added as 0 / -inf tiles (a plain add is much faster than a masked copy);
@@ -97,7 +98,7 @@ def _scores(qs, k, i0, i1, j0, j1, mask, bias, causal, diagonal: dict):
     return s
 
 
-def _keep_scale(seed: int, tile: int, shape: tuple, p: float, dtype) -> np.ndarray:
+def _keep_scale(seed: int, tile: int, shape: tuple, p: float, dtype: np.dtype) -> np.ndarray:
     """Tile ``tile``'s inverted-dropout factors, 0 or 1 / (1 - p), shape (..., bq, bk). The same
     (seed, tile) gives the same factors, so the backward regenerates the forward's mask."""
     gen = np.random.Generator(np.random.Philox(key=[seed, tile]))
@@ -107,7 +108,8 @@ def _keep_scale(seed: int, tile: int, shape: tuple, p: float, dtype) -> np.ndarr
     return z
 
 
-def _check(q, k, v, mask, bias, dropout_p, rng, block_q, block_k):
+def _check(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, bias: np.ndarray | None,
+           dropout_p: float, rng: np.random.Generator | None, block_q: int, block_k: int) -> tuple[int, ...]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not isinstance(a, np.ndarray) or a.dtype.kind != "f" or a.ndim < 2:
             raise ValueError(f"{name} must be a float array with at least 2 dimensions (..., T, D)")
@@ -118,13 +120,13 @@ def _check(q, k, v, mask, bias, dropout_p, rng, block_q, block_k):
                          f"{v.shape}")
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     full = lead + (q.shape[-2], k.shape[-2])
-    for name, a in (("mask", mask), ("bias", bias)):
-        if a is None:
+    for name, arr in (("mask", mask), ("bias", bias)):
+        if arr is None:
             continue
-        if name == "mask" and a.dtype != np.bool_:
-            raise ValueError(f"mask must be boolean (True = may attend), got dtype {a.dtype}")
+        if name == "mask" and arr.dtype != np.bool_:
+            raise ValueError(f"mask must be boolean (True = may attend), got dtype {arr.dtype}")
         try:
-            fits = np.broadcast_shapes(a.shape, full) == full
+            fits = np.broadcast_shapes(arr.shape, full) == full
         except ValueError:
             fits = False
         if not fits:
@@ -139,9 +141,11 @@ def _check(q, k, v, mask, bias, dropout_p, rng, block_q, block_k):
     return lead
 
 
-def flash_attention_forward(q, k, v, mask=None, causal=False, bias=None, dropout_p: float = 0.0,
+def flash_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
+                            causal: bool = False, bias: np.ndarray | None = None, dropout_p: float = 0.0,
                             rng: np.random.Generator | None = None, scale: float | None = None,
-                            block_q: int = BLOCK_Q, block_k: int = BLOCK_K):
+                            block_q: int = BLOCK_Q, block_k: int = BLOCK_K
+                            ) -> tuple[np.ndarray, FlashAttentionCache]:
     """Returns (out, cache); the arguments and ``out`` are those of ``attention_forward``.
 
     q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv).
@@ -158,7 +162,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, bias=None, dropout
     scale = float(1.0 / np.sqrt(q.shape[-1]) if scale is None else scale)
     mask, bias = _as_2d_tail(mask), _as_2d_tail(bias)
     qs = q * dtype.type(scale)                                     # (..., Tq, D) fresh, contiguous
-    seed = int(rng.integers(2**63)) if dropout_p > 0.0 else None
+    seed = int(rng.integers(2**63)) if dropout_p > 0.0 and rng is not None else None   # _check: rng given
     n_k = -(-t_k // block_k)                                       # key blocks
     out = np.zeros(lead + (t_q, d_v), dtype=dtype)                 # (..., Tq, Dv)
     lse = np.full(lead + (t_q,), np.inf, dtype=dtype)              # (..., Tq)
@@ -182,7 +186,7 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, bias=None, dropout
             alpha = np.exp(m - m_safe)                             # (..., bq, 1) rescales the old sums
             l_sum *= alpha
             l_sum += p.sum(axis=-1, keepdims=True)
-            if dropout_p > 0.0:
+            if seed is not None:                                   # dropout_p > 0
                 p *= _keep_scale(seed, bi * n_k + bj, p.shape, dropout_p, dtype)
             acc *= alpha
             acc += np.matmul(p, v[..., j0:j1, :])                  # (..., bq, Dv)
@@ -199,7 +203,8 @@ def flash_attention_forward(q, k, v, mask=None, causal=False, bias=None, dropout
     return out, cache
 
 
-def flash_attention_backward(dout: np.ndarray, cache: FlashAttentionCache):
+def flash_attention_backward(dout: np.ndarray, cache: FlashAttentionCache
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dq, dk, dv) with the shapes of q, k, v; the score tiles are recomputed, never stored."""
     qs, k, v, out, lse, mask, bias, causal, scale, p_drop, seed, block_q, block_k, shapes = cache
     dtype = qs.dtype
@@ -224,7 +229,7 @@ def flash_attention_backward(dout: np.ndarray, cache: FlashAttentionCache):
             s -= lse_i                                             # lse = +inf on a row with no key: P = 0
             p = np.exp(s, out=s)                                   # (..., bq, bk) the weights P
             dp = np.matmul(do_i, np.swapaxes(v_j, -1, -2))         # (..., bq, bk) dL/d(used weights)
-            if p_drop > 0.0:
+            if seed is not None:                                   # p_drop > 0
                 z = _keep_scale(seed, bi * n_k + bj, p.shape, p_drop, dtype)   # (..., bq, bk)
                 dv[..., j0:j1, :] += np.matmul(np.swapaxes(p * z, -1, -2), do_i)
                 dp *= z

@@ -46,7 +46,8 @@ def softmax_numerator_(x: np.ndarray) -> np.ndarray:
     return np.add.reduce(x, axis=-1, keepdims=True)         # (..., 1)
 
 
-def attention_inference(q, k, v, scale: float | None = None, out: np.ndarray | None = None,
+def attention_inference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None = None,
+                        out: np.ndarray | None = None,
                         block: int = INFERENCE_BLOCK) -> np.ndarray:
     """softmax(q k^T * scale) v, forward only: no mask, no weights returned, no cache.
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 
-def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5):
+def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """x (..., C), weight (C,), bias (C,) -> y (..., C). Returns (y, cache)."""
     mean = x.mean(axis=-1, keepdims=True)                         # (..., 1)
     xc = x - mean                                                 # (..., C)
@@ -23,7 +24,8 @@ def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: 
     return y, (xhat, rstd, weight)
 
 
-def layernorm_backward(dy: np.ndarray, cache):
+def layernorm_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray, np.ndarray]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dx, dweight, dbias)."""
     xhat, rstd, weight = cache
     c = xhat.shape[-1]

@@ -22,7 +22,8 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b, out=out)
 
 
-def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None):
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, bool]]:
     """x (..., I), w (O, I), b (O,) -> y (..., O). Returns (y, cache)."""
     x2 = x.reshape(-1, x.shape[-1])                               # (N, I), a view when x is contiguous
     y = _product(x2, w.T)                                         # (N, O)
@@ -31,7 +32,8 @@ def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None):
     return y.reshape(*x.shape[:-1], w.shape[0]), (x, w, b is not None)
 
 
-def linear_backward(dy: np.ndarray, cache):
+def linear_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray, bool]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Returns (dx, dw, db); db is None when the forward had no bias."""
     x, w, has_bias = cache
     x2 = x.reshape(-1, x.shape[-1])                               # (N, I)

@@ -14,7 +14,7 @@ from . import workspace
 
 
 def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
-                          ignore_index: int = -100, label_smoothing: float = 0.0):
+                          ignore_index: int = -100, label_smoothing: float = 0.0) -> tuple[np.ndarray, tuple]:
     """logits (N, C) float, targets (N,) int -> scalar loss (0-d array). Returns (loss, cache).
 
     Every row ignored gives a NaN loss, as torch does (0 / 0)."""
@@ -49,7 +49,7 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     return np.asarray(loss, dtype=logits.dtype), (e, s, safe_t, valid, count, eps)
 
 
-def cross_entropy_backward(dloss, cache) -> np.ndarray:
+def cross_entropy_backward(dloss: np.ndarray | float, cache: tuple) -> np.ndarray:
     """Returns dlogits (N, C): (softmax - smoothed one-hot) / count on the non-ignored rows."""
     e, s, safe_t, valid, count, eps = cache
     n, c = e.shape

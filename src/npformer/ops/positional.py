@@ -9,9 +9,10 @@ is the identity.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
-def sinusoidal_positions(n_positions: int, d_model: int, dtype=np.float32) -> np.ndarray:
+def sinusoidal_positions(n_positions: int, d_model: int, dtype: DTypeLike = np.float32) -> np.ndarray:
     """Returns PE of shape (n_positions, d_model), computed in float64 then cast."""
     if n_positions < 0 or d_model <= 0:
         raise ValueError(f"n_positions must be >= 0 and d_model > 0, got {n_positions} and {d_model}")
@@ -24,7 +25,7 @@ def sinusoidal_positions(n_positions: int, d_model: int, dtype=np.float32) -> np
     return pe.astype(dtype)
 
 
-def sinusoidal_positions_2d(h: int, w: int, d_model: int, dtype=np.float32) -> np.ndarray:
+def sinusoidal_positions_2d(h: int, w: int, d_model: int, dtype: DTypeLike = np.float32) -> np.ndarray:
     """2-D sinusoidal positions for an h x w grid: half the channels encode the row,
     half the column. Returns (h * w, d_model), row-major over the grid."""
     if d_model % 4 != 0:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def softmax_forward(x: np.ndarray, out: np.ndarray | None = None):
+def softmax_forward(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """y = exp(x - max) / sum(exp(x - max)) over the last axis. Returns (y, cache).
 
     A row that is all -inf (every key masked) gives a row of zeros, not NaN.
@@ -28,7 +28,7 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None):
     return y, y
 
 
-def softmax_backward(dy: np.ndarray, cache, out: np.ndarray | None = None) -> np.ndarray:
+def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
     ``out`` may be ``dy`` itself to work in place."""
     y = cache

@@ -48,6 +48,7 @@ import sys
 import threading
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 MIN_BYTES = 1 << 20                       # smaller arrays: malloc reuses its own free lists
 MAX_AGE = 4096                            # pooled requests after which an unasked-for free array goes
@@ -101,7 +102,7 @@ def _drop_free(until: int, older_than: int | None = None) -> None:
             i += 1
 
 
-def empty(shape, dtype) -> np.ndarray:
+def empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """``np.empty(shape, dtype)``, C-ordered, reusing a pooled array nobody holds when one fits."""
     global _held, _tick
     dtype = np.dtype(dtype)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
-from ..nn import Embedding, Encoder, LayerNorm, Module
+from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
 from ..settings import FileFormatError, read_json, reading
 from .weights import TensorEntry, read_header, read_tensors
@@ -126,6 +126,12 @@ class BertConfig:
 class BertEmbeddings(Module):
     """word + position + token type, then LayerNorm. Children named as in the checkpoints."""
 
+    # children made by add_module in __init__, declared for readers and the type checker
+    word_embeddings: Embedding
+    position_embeddings: Embedding
+    token_type_embeddings: Embedding
+    LayerNorm: basic.LayerNorm                     # torch's name; the class is nn.basic.LayerNorm
+
     def __init__(self, cfg: BertConfig, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
         super().__init__()
         rng = rng if rng is not None else np.random.default_rng(0)
@@ -167,6 +173,10 @@ class BertModel(Module):
     ``BertModel(...).last_hidden_state``; ``infer`` is its fast twin on packed sequences.
     The [CLS] pooler is not built (sentence encoders do not use it). Inference only: no backward.
     """
+
+    # children made by add_module in __init__, declared for readers and the type checker
+    embeddings: BertEmbeddings
+    encoder: Encoder
 
     def __init__(self, cfg: BertConfig, rng: np.random.Generator | None = None, dtype=np.float32) -> None:
         super().__init__()

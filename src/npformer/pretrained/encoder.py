@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -47,7 +48,10 @@ def default_model_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-def _read_json(path: Path, what: str, top: type) -> dict | list:
+J = TypeVar("J")                    # the JSON top-level type a caller asks _read_json for
+
+
+def _read_json(path: Path, what: str, top: type[J]) -> J:
     if not path.is_file():
         raise FileNotFoundError(f"model directory {path.parent} has no {path.name} ({what})")
     return read_json(path, top=top)

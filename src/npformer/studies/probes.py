@@ -112,7 +112,8 @@ def head_entropies(weights: dict, src: np.ndarray, tgt_in: np.ndarray, pad_id: i
              for layer in weights["encoder"]]
     kinds += [("decoder self", layer["self"], tgt_ok, tgt_ok[:, None, :] & causal) for layer in weights["decoder"]]
     kinds += [("cross", layer["cross"], tgt_ok, src_ok[:, None, :]) for layer in weights["decoder"]]
-    out, layer_of = [], {}
+    out: list[dict] = []
+    layer_of: dict[str, int] = {}
     for kind, w, q_ok, k_ok in kinds:
         layer_of[kind] = layer_of.get(kind, 0) + 1
         n_keys = k_ok.sum(-1)                                                     # (B, Tq)

@@ -37,9 +37,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 
@@ -131,7 +133,7 @@ except ImportError:                                                    # Windows
     def _try_lock(fd: int) -> bool:
         os.lseek(fd, 0, os.SEEK_SET)
         try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]  # Windows only; mypy checks as Linux
         except OSError:
             return False
         return True
@@ -204,8 +206,8 @@ class Run:
     """A loaded run directory: the task, the model (eval mode) and the saved JSON."""
     path: Path
     config: dict
-    task: object
-    model: object
+    task: Any                   # the run's Task subclass (load_run checks the name it was asked for)
+    model: Any                  # the model its task builds (load_run checks the kind it was asked for)
     step: int
     metrics: dict = field(default_factory=dict)
     trainer_state: dict = field(default_factory=dict)
@@ -260,7 +262,8 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     return Run(run_dir, config, the_task, model, step, metrics, state)
 
 
-def check_state_matches(own: dict[str, np.ndarray], loaded: dict[str, np.ndarray], where: str) -> None:
+def check_state_matches(own: dict[str, np.ndarray], loaded: Mapping[str, np.ndarray | SimpleNamespace],
+                        where: str) -> None:
     """ValueError (one line) unless ``loaded`` has exactly ``own``'s keys, shapes and dtypes."""
     missing = sorted(set(own) - set(loaded))
     unexpected = sorted(set(loaded) - set(own))

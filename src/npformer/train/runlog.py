@@ -88,6 +88,7 @@ class Progress:
     the loss, the learning rate and the recent tokens per second."""
 
     def __init__(self, bar) -> None:
+        self.ema: float | None
         self.bar, self.ema, self.tokens, self.seconds = bar, None, 0.0, 0.0
 
     def update(self, loss: float, lr: float, tokens: int, seconds: float) -> None:

@@ -37,7 +37,9 @@ import signal
 import stat
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -88,7 +90,8 @@ BIT_GENERATORS = {g.__name__: g for g in (np.random.PCG64, np.random.PCG64DXSM, 
                                           np.random.Philox, np.random.SFC64)}
 
 
-def _rng_state(g: np.random.Generator) -> dict:
+def _rng_state(g: np.random.Generator | None) -> Mapping[str, Any]:
+    assert g is not None                                         # start, resume or load made it
     return g.bit_generator.state
 
 
@@ -115,6 +118,9 @@ def _has_checkpoint(out: Path) -> bool:
         return False
 
 
+T = TypeVar("T", bound="Trainer")            # Trainer or a subclass (interop.engine.TorchTrainer)
+
+
 class Trainer:
     """Holds one run: its task, model, optimizer, generators and directory. Build it with
     ``Trainer.start`` (a new run) or ``Trainer.resume``; then ``run()``. The directory's lock is
@@ -137,7 +143,8 @@ class Trainer:
         self.cpu = 0.0                         # CPU seconds of those steps (all threads), ditto
         self.tokens = 0                        # tokens read, all invocations together
         self.metrics: dict = {}
-        self.data_rng = self.dropout_rng = None
+        self.data_rng: np.random.Generator | None = None     # made by start, resume or load
+        self.dropout_rng: np.random.Generator | None = None
         self.grads: dict | None = None         # the last step's gradients, until they are applied
         self.lock: RunLock | None = None
 
@@ -226,7 +233,7 @@ class Trainer:
         return self
 
     @classmethod
-    def from_config(cls, out_dir, config: dict) -> "Trainer":
+    def from_config(cls: type[T], out_dir, config: dict) -> T:
         """The trainer of ``config`` (config.json's content) with a fresh model and optimizer: it takes
         no lock and reads and writes nothing (``load()`` then reads the checkpoint). ``resume`` builds
         with it, and so does each worker of the torch engine."""
@@ -401,6 +408,7 @@ class Trainer:
 
     def apply_gradients(self, lr: float) -> None:
         """The optimizer's update from the last ``gradients``, at learning rate ``lr``."""
+        assert self.grads is not None                                    # gradients() came first
         self.optimizer.step(self.grads, lr=lr)
         self.grads = None
 
@@ -456,7 +464,7 @@ class _StopFlag:
 
     def __init__(self, again_aborts: bool = True) -> None:
         self._set = False
-        self._old = None
+        self._old: Any = None                  # the SIGINT handler to put back (signal.signal's answer)
         self.again_aborts = again_aborts
 
     def is_set(self) -> bool:

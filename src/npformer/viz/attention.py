@@ -43,7 +43,7 @@ def _check(panels: dict, labels: dict) -> int:
     """Validate shapes and labels; return the number of heads."""
     if not isinstance(panels, dict) or not panels or not all(panels.values()):
         raise ValueError("panels must be a non-empty dict: kind -> non-empty list of (H, Tq, Tk) arrays")
-    heads = None
+    heads: int | None = None
     for kind, layers in panels.items():
         if kind not in labels:
             raise ValueError(f"labels has no (query, key) tokens for panel kind {kind!r}")
@@ -60,6 +60,7 @@ def _check(panels: dict, labels: dict) -> int:
             elif w.shape[0] != heads:
                 raise ValueError(f"every panel needs the same number of heads: {kind} layer {i + 1} "
                                  f"has {w.shape[0]}, others {heads}")
+    assert heads is not None                       # panels is a non-empty dict of non-empty lists
     return heads
 
 
@@ -67,11 +68,11 @@ def _ticks(ax, axis: str, labels: Sequence[str], fontsize: float) -> None:
     step = max(1, int(np.ceil(len(labels) / MAX_TICKS)))
     pos = np.arange(0, len(labels), step)
     if axis == "x":
-        ax.set_xticks(pos, [labels[i] for i in pos], fontsize=fontsize)
+        ax.set_xticks(pos, [labels[i] for i in pos.tolist()], fontsize=fontsize)
         for t in ax.get_xticklabels():                   # characters upright, longer tokens turned
             t.set_rotation(90 if len(t.get_text()) > 1 else 0)
     else:
-        ax.set_yticks(pos, [labels[i] for i in pos], fontsize=fontsize)
+        ax.set_yticks(pos, [labels[i] for i in pos.tolist()], fontsize=fontsize)
     ax.tick_params(axis=axis, length=0, pad=1)
 
 
