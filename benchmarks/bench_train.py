@@ -19,9 +19,9 @@ Threads: each command holds numpy's BLAS to its task's ``blas_threads`` during t
 evaluation (1 for copy and dates: their matrices are small, and on shared cores one thread beat
 two), which is what a user gets; --threads N passes ``--set blas_threads=N`` instead. Each round
 prints the value the run recorded in its config.json, and the BLAS kernel printed first is the
-one the commands load (the same numpy in the same environment). A full run takes about
-3 x (16 s + 1.5 min), six minutes (copy took 16 s on a busy 2-core machine, dates 1 min 34 s in
-the README), and 18 minutes if every run just meets its time target.
+one the commands load (the same numpy in the same environment). A full run takes three rounds of
+one copy and one dates training (docs/performance.md gives their times), and 18 minutes if every run
+just meets its time target.
 """
 from __future__ import annotations
 
