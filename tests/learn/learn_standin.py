@@ -13,13 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 import npformer.learn
+from npformer.learn.checks import Verdict
 from npformer.lesson import SECTIONS
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: str
-    message: str = ""
 
 
 def _softmax(x):
