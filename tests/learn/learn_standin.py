@@ -15,39 +15,17 @@ import numpy as np
 import npformer.learn
 from npformer.learn.checks import Verdict
 from npformer.lesson import SECTIONS
-
-
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _split_heads(x, n_heads):
-    b, t, e = x.shape
-    return x.reshape(b, t, n_heads, e // n_heads).transpose(0, 2, 1, 3)
-
-
-def _merge_heads(x):
-    b, h, t, d = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(b, t, h * d)
-
-
-def _layer_norm(x, gamma, beta, eps=1e-5):
-    mu = x.mean(axis=-1, keepdims=True)
-    return (x - mu) / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * gamma + beta
-
-
-def _causal_mask(t):
-    return np.tril(np.ones((t, t), dtype=bool))
-
+from npformer.nn import merge_heads, split_heads
+from npformer.ops import causal_mask, layernorm_forward, softmax_forward
 
 _X = np.linspace(-2.0, 3.0, 24).reshape(2, 3, 4)
-CASES = {   # name -> (section, signature, arguments, the expected result's function)
-    "softmax": (1, "softmax(x)", (_X,), _softmax),
-    "split_heads": (3, "split_heads(x, n_heads)", (_X, 2), _split_heads),
-    "merge_heads": (3, "merge_heads(x)", (_X.reshape(1, 2, 3, 4),), _merge_heads),
-    "layer_norm": (3, "layer_norm(x, gamma, beta, eps=1e-5)", (_X, np.full(4, 2.0), np.full(4, 0.5)), _layer_norm),
-    "causal_mask": (4, "causal_mask(T)", (3,), _causal_mask),
+CASES = {   # name -> (section, signature, arguments, the expected result's function: npformer's own, as the grader's)
+    "softmax": (1, "softmax(x)", (_X,), lambda x: softmax_forward(x)[0]),
+    "split_heads": (3, "split_heads(x, n_heads)", (_X, 2), split_heads),
+    "merge_heads": (3, "merge_heads(x)", (_X.reshape(1, 2, 3, 4),), merge_heads),
+    "layer_norm": (3, "layer_norm(x, gamma, beta, eps=1e-5)", (_X, np.full(4, 2.0), np.full(4, 0.5)),
+                   lambda x, gamma, beta, eps=1e-5: layernorm_forward(x, gamma, beta, eps)[0]),
+    "causal_mask": (4, "causal_mask(T)", (3,), lambda t: causal_mask(t, t)),
 }
 
 
