@@ -1,8 +1,8 @@
 """One self-contained HTML file from the explorer's payload (docs/EXPLORE_FORMAT.md).
 
-The page is three files in ``page/`` (``explore.html``, ``explore.js``, ``explore.css``), written by
-hand, no framework. ``render_html`` inlines the script, the style and the payload JSON into the
-template, so the result opens from disk and makes no network request.
+The page is files in ``page/`` (``explore.html``, ``explore.css``, and the scripts of ``_SCRIPTS``),
+written by hand, no framework. ``render_html`` inlines the scripts, the style and the payload JSON into
+the template, so the result opens from disk and makes no network request.
 
 The payload goes in ``<script type="application/json">``, which the browser never runs, but whose
 text ends at the first ``</script``. JSON allows ``\\u003c`` for ``<`` inside strings (the only
@@ -18,6 +18,9 @@ from importlib import resources
 
 # the template's slots, each replaced exactly once
 _SLOTS = ("__EXPLORE_TITLE__", "/*__EXPLORE_CSS__*/", "/*__EXPLORE_JS__*/", "__EXPLORE_PAYLOAD__")
+# the page's scripts, inlined in this order into the one <script> element: explore.js first (the shared state
+# and the views); each later file adds views through the hooks explore.js offers
+_SCRIPTS = ("explore.js",)
 
 
 def _page_file(name: str) -> str:
@@ -46,9 +49,13 @@ def render_html(payload: dict) -> str:
         raise ValueError(f"payload['version']: expected 1, got {payload.get('version')!r}")
     template = _page_file("explore.html")
     css = _page_file("explore.css")
-    js = _page_file("explore.js")
     _check_inline("explore.css", css)
-    _check_inline("explore.js", js)
+    scripts = []
+    for name in _SCRIPTS:
+        text = _page_file(name)
+        _check_inline(name, text)
+        scripts.append(text)
+    js = "\n".join(scripts)
     values = {
         "__EXPLORE_TITLE__": html.escape(str(payload.get("title", "npformer explore"))),
         "/*__EXPLORE_CSS__*/": css,
