@@ -386,6 +386,7 @@
       image: !!inp.image,
       training: !!S.payload.training,
     };
+    for (const name in EXTRA_VIEWS) avail[name] = !!EXTRA_VIEWS[name].available();
     for (const b of document.querySelectorAll("#tabs button[data-view]")) {
       b.disabled = !avail[b.dataset.view];
       b.hidden = !avail[b.dataset.view] && (b.dataset.view === "training" || b.dataset.view === "image");
@@ -1399,6 +1400,20 @@
   const VIEWS = { head: headView, model: modelView, step: stepView, explain: explainView, image: imageView,
                   matrix: matrixView, training: trainingView, stats: statsView };
 
+  // Views written in their own files (render.py's _SCRIPTS, inlined after this one) come in through
+  // window.npformerPage.addView: a tab, a section and a draw function like the ones above.
+  const EXTRA_VIEWS = {};
+  function addView(name, label, draw, available) {
+    if (VIEWS[name]) throw new Error("view " + name + " exists already");
+    const button = el("button", { text: label });
+    button.dataset.view = name;
+    button.addEventListener("click", () => setView(name));
+    $("tabs").insertBefore(button, $("tabs").querySelector(".spacer"));
+    $("views").appendChild(el("section", { id: "view-" + name, class: "view" }));
+    VIEWS[name] = draw;
+    EXTRA_VIEWS[name] = { available: available || (() => true) };
+  }
+
   // ---------------------------------------------------------------------------------------------
   // 5. Export, the --serve form, start-up
   // ---------------------------------------------------------------------------------------------
@@ -1552,5 +1567,11 @@
                                          first_view_ms: t3 - t2, ready_ms: t3 } };
     document.body.dataset.ready = "1";
   }
+  // what the scripts after this one may use (they run before start() finishes: it awaits the payload)
+  window.npformerPage = { S: S, addView: addView, render: render, setView: setView, openHead: openHead,
+                          input: input, group: group, el: el, makeCanvas: makeCanvas, keyboardCanvas: keyboardCanvas,
+                          fmt: fmt, numCell: numCell, heat: heat, headColour: headColour, headWeights: headWeights,
+                          shortToken: shortToken, decodeArray: decodeArray, arr: arr, download: download,
+                          baseName: baseName, showError: showError };
   start().catch((e) => showError("The page failed to load its data: " + e.message));
 })();
