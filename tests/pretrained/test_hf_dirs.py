@@ -180,3 +180,32 @@ def test_a_minilm_copy_without_modules_json_is_plain_and_mean_pooled(tmp_path):
     ref = SentenceEncoder.load(src).encode(TEXTS, normalize=False)
     assert enc.plain and enc.tokenizer.max_length == 512
     np.testing.assert_allclose(enc.encode(TEXTS), ref, rtol=0, atol=1e-6)
+
+
+def test_distilbert_and_roberta_configs_map_onto_berts():
+    from npformer.pretrained import BertConfig
+
+    c = BertConfig.from_dict({"model_type": "distilbert", "vocab_size": 10, "dim": 8, "n_heads": 2, "hidden_dim": 16,
+                              "activation": "relu", "max_position_embeddings": 12, "dtype": "float32"})
+    assert (c.hidden_size, c.num_attention_heads, c.intermediate_size, c.hidden_act) == (8, 2, 16, "relu")
+    assert (c.num_hidden_layers, c.type_vocab_size, c.layer_norm_eps, c.torch_dtype) == (6, 1, 1e-12, "float32")
+    assert "embeddings.token_type_embeddings.weight" not in dict(c.checkpoint_shapes())
+    r = BertConfig.from_dict({"model_type": "roberta", "vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
+                              "max_position_embeddings": 14, "pad_token_id": 1, "type_vocab_size": 1})
+    assert (r.max_position_embeddings, r.position_offset) == (12, 2)
+    assert dict(r.checkpoint_shapes())["embeddings.position_embeddings.weight"] == (14, 8)
+
+
+@pytest.mark.parametrize("cfg,words", [
+    ({"model_type": "roberta", "pad_token_id": None}, "a roberta encoder needs pad_token_id"),
+    ({"model_type": "roberta", "pad_token_id": 1, "max_position_embeddings": 2}, "above pad_token_id + 1 (2"),
+    ({"model_type": "bert", "hidden_act": "gelu_new"}, "hidden_act 'gelu_new' is not supported"),
+    ({"model_type": "distilbert", "activation": "silu"}, "hidden_act 'silu' is not supported"),
+    ({"model_type": "bert", "position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
+])
+def test_what_the_loader_cannot_map_is_refused(cfg, words):
+    from npformer.pretrained import BertConfig
+
+    with pytest.raises(ValueError, match=None) as e:
+        BertConfig.from_dict({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2, **cfg})
+    assert words in str(e.value)
