@@ -209,3 +209,12 @@ def test_what_the_loader_cannot_map_is_refused(cfg, words):
     with pytest.raises(ValueError, match=None) as e:
         BertConfig.from_dict({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2, **cfg})
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("value,shown", [(["bert"], "model_type ['bert']"), ("x" * 100, "model_type '" + "x" * 39)])
+def test_a_model_type_that_is_no_name_is_refused_by_the_loader(value, shown):
+    from npformer.pretrained import BertConfig
+
+    with pytest.raises(ValueError) as e:
+        BertConfig.from_dict({"vocab_size": 10, "model_type": value})
+    assert shown in str(e.value) and "not a BERT-family encoder" in str(e.value) and len(str(e.value)) < 200

@@ -147,10 +147,10 @@ class BertConfig:
         if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
             raise ValueError(f"{source}: architectures must be a list of names, got {arch!r}")
         model_type = cfg.get("model_type")
-        if model_type not in BERT_FAMILY and any(a in BERT_ARCHITECTURES for a in arch):
-            model_type = "bert"
-        if model_type not in BERT_FAMILY:
-            named = f"model_type {model_type!r}" + (f", architectures {arch}" if arch else "")
+        if not isinstance(model_type, str) or model_type not in BERT_FAMILY:
+            model_type = "bert" if any(a in BERT_ARCHITECTURES for a in arch) else repr(model_type)[:40]
+        if model_type not in BERT_FAMILY:                                  # its repr, cut
+            named = f"model_type {model_type}" + (f", architectures {arch}" if arch else "")
             raise ValueError(f"{source} describes {named}, not a BERT-family encoder "
                              f"(model_type {', '.join(map(repr, BERT_FAMILY))} or a Bert* architecture)")
         pos = cfg.get("position_embedding_type", "absolute")
