@@ -2,12 +2,14 @@
 
     npformer explore runs/dates "29 November 2026" --out dates.html   # a trained run: dates, text, copy
     npformer explore minilm "a sentence" ["a second sentence"]       # all-MiniLM-L6-v2, word pieces
+    npformer explore MODEL_DIR "a sentence"                          # a Hugging Face bert/roberta/distilbert dir
     npformer explore runs/digits 17                                  # a test image, by index
     npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
 
-Without --out the file is RUN_DIR/explore.html (./explore.html for minilm); the command prints its
-path. The page makes no network request: its script, style and data are inline. ``--serve`` binds
+Without --out the file is RUN_DIR/explore.html (./explore.html for minilm and for a Hugging Face
+directory, which config.json's model_type marks: the model's folder is left as it is); the command
+prints its path. The page makes no network request: its script, style and data are inline. ``--serve`` binds
 127.0.0.1 only (``npformer.explore.serve``).
 """
 from __future__ import annotations
@@ -22,11 +24,12 @@ DESCRIPTION = ("Write every layer's and head's attention, the step-by-step compu
 
 
 def add_arguments(p) -> None:
-    p.add_argument("source", metavar="RUN_DIR", help='a run directory written by npformer train, or "minilm"')
+    p.add_argument("source", metavar="RUN_DIR", help='a run directory written by npformer train, "minilm", or a '
+                                                     "Hugging Face model directory (config.json with a model_type)")
     p.add_argument("inputs", nargs="*", metavar="INPUT",
                    help="texts (dates, copy, text, minilm: up to two sentences), or test-image indices (digits)")
     p.add_argument("--out", metavar="FILE.html", help="where to write the page (default: RUN_DIR/explore.html, "
-                                                      "./explore.html for minilm)")
+                                                      "./explore.html for minilm or a model directory)")
     p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene (default 0)")
     p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
     p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and rerun the model per input")
@@ -43,10 +46,13 @@ def run(args) -> int:
         raise CLIError(f"--port must be in 0..65535, got {args.port}")
     if args.seed is not None and args.seed < 0:
         raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    from ..pretrained.hf import model_type
+
     minilm = args.source == "minilm"
     if not minilm and not Path(args.source).is_dir():
-        raise CLIError(f"run directory not found: {args.source}")
-    out = Path(args.out) if args.out else (Path("explore.html") if minilm else Path(args.source) / "explore.html")
+        raise CLIError(f"run directory not found: {args.source} (nor a model directory)")
+    model = minilm or model_type(args.source) is not None              # a model, not a run: write here
+    out = Path(args.out) if args.out else (Path("explore.html") if model else Path(args.source) / "explore.html")
     if out.suffix.lower() not in (".html", ".htm"):
         raise CLIError(f"--out must name an .html file, got {str(out)!r}")
     if not args.serve and not out.parent.is_dir():

@@ -1,6 +1,6 @@
 """The explorer's payload (docs/EXPLORE_FORMAT.md) for each kind of model npformer has.
 
-    ex = open_explorer("runs/dates")            # or "minilm"
+    ex = open_explorer("runs/dates")            # or "minilm", or a Hugging Face directory
     payload = ex.payload([{"text": "29 November 2026"}])
 
 An explorer runs the model once per input in eval mode, reads every attention op's q, k, v and
@@ -14,7 +14,8 @@ Model kinds and what an input is:
     decoder_lm (text)           {"text"}: the prompt; the target is the next character predicted
     vit (digits)                {"index"}: a test image; targets the predicted class (and the label)
     vla (tabletop)              {"seed", "instruction"}: a scene and what to do; targets pick and place
-    minilm                      {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
+    minilm, bert, roberta, ...  {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
+                                (all-MiniLM-L6-v2, or a BERT-family Hugging Face directory: HF_EXPLORERS)
 Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T tokens.
 """
 from __future__ import annotations
@@ -449,8 +450,9 @@ class VLAExplorer(RunExplorer):
 
 
 class MiniLMExplorer(Explorer):
-    """all-MiniLM-L6-v2 (``npformer.pretrained``): one or two sentences, word pieces; targets [CLS] and the
-    mean-pooled embedding (the sentence embedding before its L2 norm)."""
+    """all-MiniLM-L6-v2 (``npformer.pretrained``), or the BERT-family directory ``model_dir`` (a
+    sentence-transformers or a plain Hugging Face one; kind: its model_type): one or two sentences, word
+    pieces; targets the first piece ([CLS]) and the mean-pooled embedding (before any L2 norm)."""
 
     kind = "minilm"
     fields = [{"name": "text", "label": "sentence", "kind": "text", "default": ""}]
@@ -461,6 +463,7 @@ class MiniLMExplorer(Explorer):
 
         self.encoder = SentenceEncoder.load(model_dir)
         c = self.encoder.model.config
+        self.kind = c.model_type if model_dir else "minilm"
         info = {"d_model": c.hidden_size, "n_heads": c.num_attention_heads,
                 "head_dim": c.hidden_size // c.num_attention_heads, "norm": "post"}
         name = Path(self.encoder.path).name if model_dir else "all-MiniLM-L6-v2"  # type: ignore[arg-type]  # load set path
@@ -498,13 +501,13 @@ class MiniLMExplorer(Explorer):
         d_cls[0, 0] = cls / np.linalg.norm(cls)                               # d |h_cls| / d h
         d_mean = np.broadcast_to((mean / np.linalg.norm(mean) / t).astype(h.dtype), h.shape).copy()  # d |mean| / d h
         relevance, targets = {}, []
-        for name, dh, query, detail in (("[CLS]", d_cls, 0, "length of the [CLS] output vector"),
+        for name, dh, query, detail in ((pieces[0], d_cls, 0, f"length of the {pieces[0]} output vector"),
                                         ("mean pooled", d_mean, None, "length of the mean-pooled embedding")):
             grads = rel.attention_grads(model.encoder, model.encoder.backward, dh, cache[1])
             relevance[name] = rel.self_relevance(groups["self"].weights,
                                                  rel.stacked(grads, "", model.config.num_hidden_layers))
             targets.append(_target(name, "self", query, detail))
-        kinds = ["special" if p in ("[CLS]", "[SEP]") else "word" for p in pieces]
+        kinds = ["special" if p in ("[CLS]", "[SEP]", "<s>", "</s>") else "word" for p in pieces]
         return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
                 "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets,
                 "groups": [group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)],
@@ -513,14 +516,23 @@ class MiniLMExplorer(Explorer):
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+# a Hugging Face directory's config.json model_type -> its explorer
+HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer}
 
 
 def open_explorer(source) -> Explorer:
-    """"minilm" (all-MiniLM-L6-v2) or a run directory written by ``npformer train``."""
+    """"minilm" (all-MiniLM-L6-v2), a Hugging Face directory (config.json names a model_type of
+    HF_EXPLORERS) or a run directory written by ``npformer train`` (its config.json has no model_type)."""
+    from ..pretrained.hf import model_type
     from ..train.checkpoint import load_run
 
     if str(source) == "minilm":
         return MiniLMExplorer()
+    if (hf := model_type(source)) is not None:
+        if hf not in HF_EXPLORERS:
+            raise ValueError(f"{Path(source) / 'config.json'}: model_type {hf!r} is not supported: the explorer "
+                             f"opens {', '.join(HF_EXPLORERS)} directories")
+        return HF_EXPLORERS[hf](source)
     run = load_run(source)
     kind = run.config["model_kind"]
     if kind not in EXPLORERS:
