@@ -29,6 +29,8 @@ import numpy as np
 from ..train.probe import unit_to_u8
 from . import capture as cap
 from . import relevance as rel
+from .kinds import label_kinds
+from .words import truncation, word_fields
 
 VERSION = 1
 MAX_TARGETS = 24                       # an encoder-decoder's output tokens explained, at most
@@ -144,6 +146,7 @@ class Explorer:
     kind = ""
     fields: list[dict] = []            # what one input needs (docs/EXPLORE_FORMAT.md, "Serve")
     max_inputs = 4
+    layers: tuple[int, int] | None = None   # --layers A-B: store only these layers' maps (explore/layers.py)
 
     def __init__(self, title: str, model_info: dict, training: dict | None = None) -> None:
         self.title, self.model_info, self.training = title, model_info, training
@@ -165,8 +168,13 @@ class Explorer:
                  "relevance as float16.",
                  "Relevance: Chefer, Gur & Wolf 2021, gradients from npformer's own backward; "
                  "rollout: Abnar & Zuidema 2020 with the residual as 0.5 I."]
-        return {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
-                "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        out = {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
+               "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        if self.layers is not None:
+            from .layers import keep_layers
+
+            out = keep_layers(out, *self.layers)
+        return out
 
 
 def _model_info(c) -> dict:
@@ -213,6 +221,7 @@ class RunExplorer(Explorer):
         if probe["weights"].shape[-2:] != (len(q), len(k)):
             return None                                              # a probe of another shape: not shown
         return {"steps": probe["steps"].tolist(), "group": probe["group"], "query_tokens": q, "key_tokens": k,
+                "token_kinds": {"query": label_kinds(q), "key": label_kinds(k)},
                 "weights": {"dtype": "u8", "shape": list(probe["weights"].shape), "scale": 1.0 / 255.0,
                             "b64": base64.b64encode(np.ascontiguousarray(probe["weights"]).tobytes()).decode()}}
 
@@ -505,10 +514,13 @@ class MiniLMExplorer(Explorer):
                                                  rel.stacked(grads, "", model.config.num_hidden_layers))
             targets.append(_target(name, "self", query, detail))
         kinds = ["special" if p in ("[CLS]", "[SEP]") else "word" for p in pieces]
+        g = group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)
+        g.update(word_fields(pieces, pieces))
+        tok = self.encoder.tokenizer
         return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
                 "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets,
-                "groups": [group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)],
-                "image": None}
+                "groups": [g], "image": None,
+                "truncated": truncation(text, tok.spans([text])[0], pieces, tok.max_length)}
 
 
 # -- opening a source ------------------------------------------------------------------------------
