@@ -6,7 +6,6 @@ them), shaped like the tabletop policy (action tokens, words, padding, patches, 
 keys) and like MiniLM (word pieces with '##' continuations). Every expected number is computed here in
 NumPy from the payload, never by the page's code.
 """
-import json
 import xml.etree.ElementTree as ET
 
 import numpy as np

@@ -28,7 +28,7 @@ def word_index(pieces: list[str]) -> list[int]:
 def word_labels(pieces: list[str], index: list[int]) -> list[str]:
     """Each word's text: its pieces joined, the '##' marks dropped."""
     labels: list[str] = []
-    for p, w in zip(pieces, index):
+    for p, w in zip(pieces, index, strict=True):
         if w == len(labels):
             labels.append(p)
         else:
@@ -47,7 +47,7 @@ def truncation(text: str, spans: list[tuple[int, int]], pieces: list[str], limit
     """INPUT.truncated: None when the pieces cover the whole text, else where it was cut. ``spans`` are the
     kept pieces' (start, end) character offsets in ``text`` ((0, 0) for the special tokens), ``limit`` the
     tokenizer's most pieces, specials included."""
-    ends = [(e, n) for n, ((s, e), p) in enumerate(zip(spans, pieces)) if p not in SPECIALS and e > s]
+    ends = [(e, n) for n, ((s, e), p) in enumerate(zip(spans, pieces, strict=True)) if p not in SPECIALS and e > s]
     kept, last = max(ends) if ends else (0, -1)
     dropped = len(text) - kept
     if not text[kept:].strip():
