@@ -1,9 +1,9 @@
 """Token kinds from the explorer's own token labels (docs/EXPLORE_FORMAT.md, "token_kinds"), for the
 training probe, whose labels come without kinds.
 
-The labels follow the payload's conventions: "<pad>" (and "[PAD]") is padding, "p(r,c)" a patch, "PICK" and
-"PLACE" the tabletop policy's action tokens, "<x>" or "[X]" of more than one character a special token;
-anything else is a word (a character of a character-level model, a word, a word piece).
+The labels follow the payload's conventions: ``<pad>`` (and ``[PAD]``) is padding, ``p(r,c)`` a patch,
+``PICK`` and ``PLACE`` the tabletop policy's action tokens, ``<x>`` or ``[X]`` of more than one character
+a special token; anything else is a word (a character of a character-level model, a word, a word piece).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .payload import decode_array, encode_array
+from .arrays import decode_array, encode_array
 
 _SPEC = re.compile(r"(\d{1,4})(?:-(\d{1,4}))?")
 _PER_LAYER = ("q", "k", "v", "weights", "rollout")      # GROUP arrays whose first axis is the layer

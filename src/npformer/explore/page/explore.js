@@ -336,6 +336,7 @@
   function fillGroupControls() {
     const g = group();
     S.hover = null;
+    S.kindFilter = null;
     S.layer = Math.min(S.layer, g.n_layers - 1);
     S.query = Math.min(S.query, g.query_tokens.length - 1);
     S.heads = new Set([...S.heads].filter((h) => h < g.n_heads));
@@ -653,8 +654,18 @@
     return img;
   }
 
-  // Draw a (rows, cols) map into a square of `size` CSS pixels.
+  // Draw a (rows, cols) map into a square of `size` CSS pixels: a small map cell by cell (so an SVG export
+  // keeps it as vector rectangles), a large one as an image averaged down to the screen's pixels.
   function drawMap(ctx, W, rows, cols, x, y, size, norm) {
+    if (rows * cols <= 1024) {
+      const cw = size / cols, ch = size / rows;
+      for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+        const [r, g, b] = heat(W[i * cols + j] / norm);
+        ctx.fillStyle = "rgb(" + r + "," + g + "," + b + ")";
+        ctx.fillRect(x + j * cw, y + i * ch, cw, ch);
+      }
+      return;
+    }
     const dpr = window.devicePixelRatio || 1;
     const img = mapImage(ctx, W, rows, cols, x, y, Math.round(size * dpr), norm);
     const tmp = document.createElement("canvas");
