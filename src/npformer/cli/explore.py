@@ -6,6 +6,7 @@
     npformer explore runs/digits 17                                  # a test image, by index
     npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
+    npformer explore minilm "a sentence" --layers 4-5                # only layers 4 and 5's maps in the page
 
 Without --out the file is RUN_DIR/explore.html (./explore.html for minilm and for a Hugging Face
 directory, which config.json's model_type marks: the model's folder is left as it is); the command
@@ -34,6 +35,8 @@ def add_arguments(p) -> None:
     p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
     p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and rerun the model per input")
     p.add_argument("--port", type=int, default=8765, metavar="N", help="--serve's port (default 8765)")
+    p.add_argument("--layers", metavar="A-B", help="store only layers A to B's maps (0-based, inclusive) to shrink "
+                                                   "the page; rollout and relevance still run through every layer")
 
 
 def run(args) -> int:
@@ -57,16 +60,41 @@ def run(args) -> int:
         raise CLIError(f"--out must name an .html file, got {str(out)!r}")
     if not args.serve and not out.parent.is_dir():
         raise CLIError(f"directory does not exist: {out.parent}")
+    layers = _layers(args.layers)
     ex = open_explorer(args.source)
+    ex.layers = layers
     inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction)
     if args.serve:
         return _serve(ex, inputs, args.port)
     from ..explore.render import render_html
 
-    html = render_html(ex.payload(inputs))
+    payload = ex.payload(inputs)
+    _say_truncated(payload)
+    html = render_html(payload)
     atomic_write_bytes(out, html.encode("utf-8"))
     print(out)
     return 0
+
+
+def _layers(text: str | None) -> tuple[int, int] | None:
+    """--layers A-B, checked before the model loads (against the model's depth when the payload is made)."""
+    if text is None:
+        return None
+    from ..explore.layers import parse_layers
+
+    try:
+        return parse_layers(text)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+
+
+def _say_truncated(payload: dict) -> None:
+    """One line on stderr per input the tokenizer cut (the page says it too)."""
+    import sys
+
+    for n, inp in enumerate(payload["inputs"]):
+        if inp.get("truncated"):
+            print(f"npformer explore: input {n + 1} {inp['truncated']['note']}", file=sys.stderr)
 
 
 def _serve(ex, inputs, port: int) -> int:

@@ -4,6 +4,9 @@
     relevance.py   attention rollout (Abnar & Zuidema 2020) and gradient-weighted relevance
                    (Chefer, Gur & Wolf 2021) through npformer's own backward
     payload.py     the page's data (docs/EXPLORE_FORMAT.md) for each model kind, and the training probe
+    arrays.py      arrays in the page's JSON: base64, 8-bit maps, zlib-compressed float32 byte planes
+    kinds.py, words.py   token kinds from labels; word pieces as words, and where a long text was cut
+    layers.py      ``--layers A-B``: only those layers' maps in the page
     render.py      ``render_html(payload) -> str``: the page with its script, style and data inline
     serve.py       ``--serve``: a local page that reruns the model for each new input
 

@@ -21,70 +21,25 @@ Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T toke
 from __future__ import annotations
 
 import base64
-import zlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..train.probe import unit_to_u8
 from . import capture as cap
 from . import relevance as rel
+from .arrays import decode_array as decode_array  # re-exported: tests and clients read arrays with it
+from .arrays import encode_array
+from .arrays import map_array as _map_array
+from .arrays import mask_array as _mask_array
+from .kinds import label_kinds
+from .words import truncation, word_fields
 
 VERSION = 1
 MAX_TARGETS = 24                       # an encoder-decoder's output tokens explained, at most
 MAX_CHARS = 2000                       # the longest text input accepted
 WEIGHTS_MAX = 1 << 20                  # store 8-bit weights only when L*H*Tq*Tk is at most this
 COMPRESS_OVER = 1 << 20                # q, k, v of a group over this many bytes together: zlib-shuffle4
-CODEC = "zlib-shuffle4"
-_DTYPES = {"f32": "<f4", "f16": "<f2", "u8": "u1", "i32": "<i4"}
-
-
-# -- arrays in JSON --------------------------------------------------------------------------------
-def encode_array(x, dtype: str, compress: bool = False) -> dict:
-    """{"dtype", "shape", "b64"} of ``x`` as little-endian ``dtype`` ("f32", "f16", "u8", "i32"); "u8" stores
-    maps in [0, 1] as round(x * 255) with "scale": 1/255. ``compress`` (f32 only): the bytes regrouped
-    into 4 planes (byte b of every value together: the exponent bytes are alike) and zlib-compressed,
-    ``"codec": "zlib-shuffle4"``; about 15% smaller for attention's q, k, v, and exact."""
-    x = np.asarray(x)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    out: dict[str, Any] = {"dtype": dtype, "shape": list(x.shape)}
-    if dtype == "u8":
-        x = unit_to_u8(x)
-        out["scale"] = 1.0 / 255.0
-    raw = np.ascontiguousarray(x.astype(_DTYPES[dtype])).tobytes()
-    if compress:
-        if dtype != "f32":
-            raise ValueError(f"compress is for f32 arrays, not {dtype}")
-        planes = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 4).T.tobytes()   # (4, n): byte b of each value
-        raw = zlib.compress(planes, 6)
-        out["codec"] = CODEC
-    out["b64"] = base64.b64encode(raw).decode("ascii")
-    return out
-
-
-def decode_array(d: dict) -> np.ndarray:
-    """The inverse of ``encode_array`` (u8 scaled back to [0, 1]); tests and --serve clients use it."""
-    raw = base64.b64decode(d["b64"])
-    if d.get("codec") == CODEC:
-        raw = np.frombuffer(zlib.decompress(raw), dtype=np.uint8).reshape(4, -1).T.tobytes()
-    elif d.get("codec") is not None:
-        raise ValueError(f"unknown array codec {d['codec']!r}")
-    x = np.frombuffer(raw, dtype=_DTYPES[d["dtype"]]).reshape(d["shape"])
-    return x * d["scale"] if "scale" in d else x
-
-
-def _mask_array(mask: np.ndarray) -> dict:
-    """A boolean mask as "u8" 0/1 (1 = may attend), no scale."""
-    m = np.ascontiguousarray(mask, dtype=np.uint8)
-    return {"dtype": "u8", "shape": list(m.shape), "b64": base64.b64encode(m.tobytes()).decode("ascii")}
-
-
-def _map_array(x: np.ndarray) -> dict:
-    """A relevance or rollout map: float16 when it fits (it nearly always does), else float32."""
-    x = np.asarray(x, dtype=np.float64)
-    return encode_array(x, "f16" if np.abs(x).max(initial=0.0) < 6e4 else "f32")
 
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -145,6 +100,7 @@ class Explorer:
     kind = ""
     fields: list[dict] = []            # what one input needs (docs/EXPLORE_FORMAT.md, "Serve")
     max_inputs = 4
+    layers: tuple[int, int] | None = None   # --layers A-B: store only these layers' maps (explore/layers.py)
 
     def __init__(self, title: str, model_info: dict, training: dict | None = None) -> None:
         self.title, self.model_info, self.training = title, model_info, training
@@ -166,8 +122,13 @@ class Explorer:
                  "relevance as float16.",
                  "Relevance: Chefer, Gur & Wolf 2021, gradients from npformer's own backward; "
                  "rollout: Abnar & Zuidema 2020 with the residual as 0.5 I."]
-        return {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
-                "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        out = {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
+               "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        if self.layers is not None:
+            from .layers import keep_layers
+
+            out = keep_layers(out, *self.layers)
+        return out
 
 
 def _model_info(c) -> dict:
@@ -214,6 +175,7 @@ class RunExplorer(Explorer):
         if probe["weights"].shape[-2:] != (len(q), len(k)):
             return None                                              # a probe of another shape: not shown
         return {"steps": probe["steps"].tolist(), "group": probe["group"], "query_tokens": q, "key_tokens": k,
+                "token_kinds": {"query": label_kinds(q), "key": label_kinds(k)},
                 "weights": {"dtype": "u8", "shape": list(probe["weights"].shape), "scale": 1.0 / 255.0,
                             "b64": base64.b64encode(np.ascontiguousarray(probe["weights"]).tobytes()).decode()}}
 
@@ -508,10 +470,13 @@ class MiniLMExplorer(Explorer):
                                                  rel.stacked(grads, "", model.config.num_hidden_layers))
             targets.append(_target(name, "self", query, detail))
         kinds = ["special" if p in ("[CLS]", "[SEP]", "<s>", "</s>") else "word" for p in pieces]
+        g = group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)
+        g.update(word_fields(pieces, pieces))
+        tok = self.encoder.tokenizer
         return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
                 "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets,
-                "groups": [group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)],
-                "image": None}
+                "groups": [g], "image": None,
+                "truncated": truncation(text, tok.spans([text])[0], pieces, tok.max_length)}
 
 
 # -- opening a source ------------------------------------------------------------------------------
