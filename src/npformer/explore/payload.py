@@ -20,6 +20,7 @@ Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T toke
 from __future__ import annotations
 
 import base64
+import importlib
 import zlib
 from pathlib import Path
 from typing import Any
@@ -513,14 +514,23 @@ class MiniLMExplorer(Explorer):
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+# Hugging Face directories, by config.json's model_type: the module whose ``open_dir(path)`` explores one
+HF_EXPLORERS = {"gpt2": "npformer.explore.causal"}
 
 
 def open_explorer(source) -> Explorer:
-    """"minilm" (all-MiniLM-L6-v2) or a run directory written by ``npformer train``."""
+    """"minilm" (all-MiniLM-L6-v2), a GPT-2-family Hugging Face directory, or a run directory written by
+    ``npformer train``."""
+    from ..pretrained.gpt2 import hf_model_type  # TODO(lead): use pretrained.hf.model_type
     from ..train.checkpoint import load_run
 
     if str(source) == "minilm":
         return MiniLMExplorer()
+    hf_kind = hf_model_type(source)
+    if hf_kind is not None:
+        if hf_kind not in HF_EXPLORERS:
+            raise ValueError(f"{source}: no explorer for model_type {hf_kind!r}; known: {', '.join(HF_EXPLORERS)}")
+        return importlib.import_module(HF_EXPLORERS[hf_kind]).open_dir(source)
     run = load_run(source)
     kind = run.config["model_kind"]
     if kind not in EXPLORERS:
