@@ -34,16 +34,13 @@ class CausalLM:
     def load(cls, path: str | Path, dtype=np.float32) -> CausalLM:
         """The model of a GPT-2 directory: config.json, model.safetensors, and tokenizer.json or
         vocab.json + merges.txt. Each missing or malformed file is one line naming it."""
-        from ..settings import read_json
-
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no model directory {path}")
         tokenizer = ByteBPETokenizer(path)                  # first: a missing tokenizer costs no weights read
         model, config = load_gpt2(path, dtype)
-        eos = read_json(path / "config.json", top=dict).get("eos_token_id")
-        eos_id = eos if type(eos) is int and 0 <= eos < config.vocab_size else None
-        return cls(model, config, tokenizer, eos_id)
+        eos = config.eos_token_id
+        return cls(model, config, tokenizer, eos if eos is not None and eos < config.vocab_size else None)
 
     @property
     def vocab_size(self) -> int:

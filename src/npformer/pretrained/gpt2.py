@@ -52,12 +52,15 @@ class GPT2Config:
     layer_norm_epsilon: float = 1e-5   # eps of every LayerNorm
     activation_function: str = "gelu_new"  # only GELU's tanh approximation
     torch_dtype: str | None = None     # the weights' dtype ("float32", "float16", "float64"); None: any of them
+    eos_token_id: int | None = None    # <|endoftext|>: generation stops after it (None, or outside V: never)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"):
             check_int(name, getattr(self, name))
         if self.n_inner is not None:
             check_int("n_inner", self.n_inner)
+        if self.eos_token_id is not None:
+            check_int("eos_token_id", self.eos_token_id, minimum=0)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation_function not in TANH_GELU_NAMES:
