@@ -176,3 +176,15 @@ def test_a_broken_merges_file_is_one_line(both, tmp_path):
     d = _only(both, tmp_path / "badmerges", ("vocab.json", "merges.txt"))
     (d / "merges.txt").write_text("#version: 0.2\na b c\n")
     _refusal(d, FileFormatError, "merges.txt")
+
+
+@pytest.mark.parametrize("config, argv, match", [
+    ({"model_type": "bert"}, (), "model_type 'bert' is not a causal language model"),
+    ({"task": "text"}, (), "--tokens N is required for a run directory"),          # an npformer run: no model_type
+    ({"model_type": ["gpt2"]}, ("--tokens", "3"), "model_type must be a short name"),
+])
+def test_generate_on_other_directories_is_one_line(tmp_path, config, argv, match):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc, out, err = _cli("generate", str(tmp_path), "--prompt", "the cat", *argv)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert match in err
