@@ -117,3 +117,15 @@ def test_timeline_view_in_the_browser(payload, tmp_path, opened):
     page.wait_for_selector("#view-timeline.active #timeline-canvas")
     np.testing.assert_allclose(shown_top()[1], expected(2, layer=1), rtol=0, atol=1e-6)
     assert o.errors == [] and o.foreign_requests(("file://", "data:", "blob:")) == []
+
+
+def test_serve_answers_a_new_prompt_with_its_timeline(gpt2_dir):
+    from serve_client import post, serving
+
+    with serving(gpt2_dir, [{"text": PROMPT}]) as srv:
+        status, p = post(srv, {"inputs": ["a dog ran far"]})
+        assert status == 200 and p["model"]["kind"] == "causal_lm"
+        lm = CausalLM.load(gpt2_dir)
+        assert [s["id"] for s in p["inputs"][0]["timeline"]["steps"]] == lm.generate(lm.encode("a dog ran far"), 12)
+        status, p = post(srv, {"inputs": ["word " * 300]})                  # over the explorer's prompt limit
+        assert status == 400 and "the explorer takes 1 to" in p["error"]

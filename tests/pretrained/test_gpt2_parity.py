@@ -75,7 +75,9 @@ def test_logits_and_every_hidden_state_match_transformers(pair):
     ids = _ids(lm, (2, 24))
     with torch.no_grad():
         out = ref(torch.from_numpy(ids), output_hidden_states=True)
-    _close(lm.logits(ids), out.logits.numpy(), f"{name} logits")
+    ours = lm.logits(ids)
+    assert ours.dtype == np.float32                                          # float32 throughout, no upcast
+    _close(ours, out.logits.numpy(), f"{name} logits")
     ours = _hidden_states(lm, ids)
     assert len(ours) == len(out.hidden_states) == lm.config.n_layer + 1
     for i, (a, b) in enumerate(zip(ours, out.hidden_states, strict=True)):
