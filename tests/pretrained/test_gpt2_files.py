@@ -188,3 +188,43 @@ def test_generate_on_other_directories_is_one_line(tmp_path, config, argv, match
     rc, out, err = _cli("generate", str(tmp_path), "--prompt", "the cat", *argv)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert match in err
+
+
+def _resave(src, dst, edit):
+    """dst: src's directory with model.safetensors's tensors passed through ``edit(dict) -> dict``."""
+    from safetensors.numpy import load_file, save_file
+
+    d = _only(src, dst, ("tokenizer.json",))
+    save_file(edit(load_file(str(d / "model.safetensors"))), str(d / "model.safetensors"))
+    return d
+
+
+def _gpt2model_layout(tensors):
+    """GPT2Model's names (no "transformer." prefix), the causal-mask buffers older checkpoints saved, and
+    GPT2LMHeadModel's lm_head beside them, equal to wte as tied weights are."""
+    out = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    n_layer = 1 + max(int(k.split(".")[1]) for k in out if k.startswith("h."))
+    for i in range(n_layer):
+        out[f"h.{i}.attn.bias"] = np.tril(np.ones((64, 64), dtype=np.float32))[None, None]
+        out[f"h.{i}.attn.masked_bias"] = np.asarray(-1e4, dtype=np.float32)
+    out["lm_head.weight"] = out["wte.weight"].copy()
+    return out
+
+
+def test_the_other_checkpoint_layout_loads_the_same_model(both, tmp_path):
+    d = _resave(both, tmp_path / "gpt2model", _gpt2model_layout)
+    ids = np.random.default_rng(0).integers(0, 300, size=(2, 9))
+    np.testing.assert_array_equal(CausalLM.load(d).logits(ids), CausalLM.load(both).logits(ids))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda t: {**_gpt2model_layout(t), "lm_head.weight": _gpt2model_layout(t)["wte.weight"] + 1}, "differs from wte"),
+    (lambda t: {k: v for k, v in t.items() if not k.endswith("h.1.mlp.c_fc.bias")}, "missing weight"),
+    (lambda t: {**t, "transformer.h.2.ln_1.weight": t["transformer.ln_f.weight"]}, "unexpected weight"),
+    (lambda t: {**t, "transformer.wpe.weight": t["transformer.wpe.weight"][:32]}, "does not match config.json"),
+    (lambda t: {**t, "transformer.ln_f.bias": t["transformer.ln_f.bias"].astype(np.int32)}, "has dtype I32"),
+])
+def test_weights_that_do_not_fit_are_refused_by_name(both, tmp_path, edit, match):
+    d = _resave(both, tmp_path / "bad", edit)
+    with pytest.raises(FileFormatError, match=match):
+        CausalLM.load(d)
