@@ -20,7 +20,7 @@ Corpora, generated here: each length distribution (--lengths) from each generato
 a seed each, so that no figure rests on one text:
     short   short queries          words: 3-12 words, uniform     syllables: 2-16, geometric
     mixed   queries to passages    words: 3-200, uniform          syllables: 3-250, log-uniform
-    long    passages               words: 100-180, uniform        syllables: 60-110, uniform
+    long    passages               words: 100-180, uniform        syllables: 35-85, uniform
 The "words" generator draws from a list of English words (some long and rare, split by WordPiece
 into several pieces), digits and punctuation; "syllables" makes a vocabulary of invented words
 from random syllables (mostly several pieces each), names and numbers.
@@ -46,7 +46,8 @@ one core), and over the bandwidth of a copy as large as the weights (which may s
 Parity (exit status 1 on a miss): npformer's token ids equal sentence-transformers' on every
 corpus, and every embedding of every round within 1e-5 (max abs) of sentence-transformers';
 ONNX Runtime's within 1e-4 (it fuses operations in another order; this checks only that it
-did the same work). The default run takes about six minutes on 2 cores.
+did the same work). The default run should take about six minutes on a quiet 2-core machine
+(an estimate from the per-batch times of earlier runs; a busy machine takes much longer).
 """
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ CORPORA = {
     ("long", "words"): (100, 180, "uniform", 3),
     ("short", "syllables"): (2, 16, "geometric", 11),
     ("mixed", "syllables"): (3, 250, "log-uniform", 12),
-    ("long", "syllables"): (60, 110, "uniform", 13),
+    ("long", "syllables"): (35, 85, "uniform", 13),
 }
 ENGINES = ("npformer", "sentence-transformers", "ONNX Runtime")
 HEADS = 12                              # all-MiniLM-L6-v2: 12 heads of 32
@@ -485,7 +486,7 @@ def main() -> None:
         batches = [[texts[i] for i in order[s:s + args.batch_size]] for s in range(0, len(texts), args.batch_size)]
         floors = [prod.time(npformer_pieces([len(x) for x in enc.tokenizer.encode(b)], np_threads)) for b in batches]
         n_tok = sum(len(x) for x in ours)
-        print(f"\n{name}: {len(batches)} batches of {args.batch_size}, {n_tok / len(texts):.1f} word pieces a text "
+        print(f"\n{name}: {len(batches)} batch(es) of {args.batch_size}, {n_tok / len(texts):.1f} word pieces a text "
               f"({min(map(len, ours))}-{max(map(len, ours))}); one batch per round, {args.pairs} rounds", flush=True)
         rows[name] = compare(name, batches, runners, args, lambda i, f=floors: f[i])
 
