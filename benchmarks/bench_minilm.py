@@ -499,7 +499,7 @@ def main() -> None:
             lo, hi, dist, seed = CORPORA[("short", g)]
             queries = make_sentences(args.queries, lo, hi, seed + 100, g, dist)
             q_len = [len(x) for x in enc.tokenizer.encode(queries)]
-            floors = [prod.time([n]) for n in q_len]
+            floors = [prod.time([[n]]) for n in q_len]
             name = f"queries/{g} ({min(q_len)}-{max(q_len)} word pieces)"
             print(f"\nbatch 1, {name}: {len(queries)} queries, one per round", flush=True)
             run_pairs = argparse.Namespace(**{**vars(args), "pairs": max(args.pairs, len(queries))})
