@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
 
+MIN_PAIRS = 15      # a claim rests on at least this many pairs after the warm-up
 _held = []          # the threadpoolctl limits, kept alive (and in force) for the life of the process
 
 
@@ -376,7 +377,8 @@ def print_paired(res: Paired, unit: str = "ms", width: int = 24, what: str | Non
         f"{k} first {m:.3f} ({n} pair{'' if n == 1 else 's'})" for k, (m, n) in s["by_first"].items()))
     rule = {"faster": f"upper quartile {s['q3']:.3f} < 1", "slower": f"lower quartile {s['q1']:.3f} > 1",
             "level": f"IQR {s['q1']:.3f}-{s['q3']:.3f} holds 1"}[s["verdict"]]
-    print(f"  verdict: {res.ours} {s['verdict']} ({rule})", flush=True)
+    few = f"; only {s['pairs']} pairs: a smoke test, not a claim" if s["pairs"] < MIN_PAIRS else ""
+    print(f"  verdict: {res.ours} {s['verdict']} ({rule}{few})", flush=True)
     return s
 
 

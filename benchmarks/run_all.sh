@@ -15,6 +15,9 @@
 # pairs of 512 generated tokens, each pair one cached and one recomputing run) and bench_minilm (six
 # corpora and two query sets, 15 rounds each); the others take a minute or two each. A busy machine
 # takes longer: close other programs first, and keep the load average the headers print.
+#
+# QUICK=1 benchmarks/run_all.sh OUTDIR runs each with a smoke test's options instead (a few pairs, small
+# sizes): it checks that the scripts run and their parity checks pass; its numbers are no measurement.
 set -u
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
@@ -53,12 +56,23 @@ run() {
     fi
 }
 
-run transformer benchmarks/bench_transformer.py
-run small benchmarks/bench_small.py
-run gelu benchmarks/bench_gelu.py
-run kvcache benchmarks/bench_kvcache.py
-run minilm benchmarks/bench_minilm.py
-rm -f "$out/breakdown.png"
-run breakdown benchmarks/bench_breakdown.py --figure "$out/breakdown.png"
+if [ "${QUICK:-0}" = 1 ]; then
+    echo "QUICK=1: smoke-test options, not a measurement"
+    run transformer benchmarks/bench_transformer.py --pairs 2 --warmup 0
+    run small benchmarks/bench_small.py --pairs 2 --warmup 1
+    run gelu benchmarks/bench_gelu.py --n 100000 --pairs 3
+    run kvcache benchmarks/bench_kvcache.py --tokens 48 --pairs 3
+    run minilm benchmarks/bench_minilm.py --pairs 2 --warmup 0 --batches 1 --lengths short,long --queries 2
+    rm -f "$out/breakdown.png"
+    run breakdown benchmarks/bench_breakdown.py --pairs 1 --figure "$out/breakdown.png"
+else
+    run transformer benchmarks/bench_transformer.py
+    run small benchmarks/bench_small.py
+    run gelu benchmarks/bench_gelu.py
+    run kvcache benchmarks/bench_kvcache.py
+    run minilm benchmarks/bench_minilm.py
+    rm -f "$out/breakdown.png"
+    run breakdown benchmarks/bench_breakdown.py --figure "$out/breakdown.png"
+fi
 echo "total: $SECONDS s" | tee -a "$out/times.txt"
 exit $status

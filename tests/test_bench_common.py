@@ -95,3 +95,17 @@ def test_bad_arguments(common):
         common.paired({"A": lambda: 0, "B": lambda: 0}, pairs=0)
     with pytest.raises(ValueError, match="ours"):
         common.paired({"A": lambda: 0, "B": lambda: 0}, ours="C")
+
+
+def test_the_report_names_the_order_effect_and_the_verdict(common, capsys):
+    clock = FakeClock(("A", "B"), lambda name, pos: 2.0 if (name, pos) == ("A", 0) else 1.0)
+    res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=0, timer=clock.timer)
+    s = common.print_paired(res, unit="s")
+    out = capsys.readouterr().out
+    assert "A first 2.000 (8 pairs); B first 1.000 (7 pairs)" in out
+    assert "median 2.000 (IQR 1.000-2.000), 15 pairs" in out
+    assert "verdict: A level (IQR 1.000-2.000 holds 1)" in out and "smoke test" not in out
+    assert s["verdict"] == "level"
+    short = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=3, warmup=0, timer=clock.timer)
+    common.print_paired(short)
+    assert "only 3 pairs: a smoke test, not a claim" in capsys.readouterr().out
