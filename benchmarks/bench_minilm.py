@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from _common import (
+    MIN_PAIRS,
     add_threads_arg,
     check,
     l3_bytes,
@@ -338,7 +339,8 @@ def compare(what: str, items: list[list[str]], runners: dict, args, floor_of) ->
 
 
 def run_table(title: str, rows: dict, unit: str) -> None:
-    print(f"\n{title}")
+    pairs = min(s["pairs"] for s in rows.values())
+    print(f"\n{title}" + ("" if pairs >= MIN_PAIRS else f" (only {pairs} pairs: a smoke test, not a claim)"))
     col = "sentences/s" if unit == "sentences/s" else "ms"
     print(f"| corpus | npformer {col} | sentence-transformers | ONNX Runtime | npformer / faster other, time per "
           "round: median (IQR) | as speed | verdict | products-only floor |")

@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 import npformer
-from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
+from _common import MIN_PAIRS, add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
 from npformer.interop.torch import _key_to_torch as torch_key  # the FFN sits under ``ffn.`` in npformer only
 from npformer.models import DecoderLM, DecoderLMConfig
 from npformer.train import Adam
@@ -173,7 +173,8 @@ def main() -> None:
         print(f"  {model.num_parameters():,} parameters")
         ratios.append(((d, layers, b, t), print_paired(res)))
 
-    print("\nsummary, npformer / torch time per step, median of the per-pair ratios (IQR), verdict:")
+    print("\nsummary, npformer / torch time per step, median of the per-pair ratios (IQR), verdict"
+          + (":" if args.pairs >= MIN_PAIRS else f" (only {args.pairs} pairs: a smoke test, not a claim):"))
     for (d, layers, b, t), s in ratios:
         first = ", ".join(f"{k} first {m:.2f}" for k, (m, _) in s["by_first"].items())
         print(f"  d_model {d:>3}, {layers} layers, {b:>2} x {t:<3} tokens: {s['median']:.2f}x "
