@@ -207,8 +207,10 @@ def machine_block(torch=None, load_start: str | None = None, load_end: str | Non
         lines.append(f"torch {torch.__version__}: {torch.get_num_threads()} thread(s), "
                      f"{torch.get_num_interop_threads()} inter-op, CPU capability {cap}")
     env = blas_env_set()
+    forced = any(k.startswith("OPENBLAS_") for k in env)
     lines.append("BLAS variables: " + (", ".join(f"{k}={v}" for k, v in env.items()) or
-                                       "none set (OPENBLAS_*, OMP/MKL/GOTO_NUM_THREADS), as on users' machines"))
+                                       "none set (OPENBLAS_*, OMP/MKL/GOTO_NUM_THREADS), as on users' machines")
+                 + (" -- WARNING: users' machines set no OPENBLAS_* variable" if forced else ""))
     load = f"load average (1, 5, 15 min): {load_start or load_text()} at the start"
     lines.append(load + (f", {load_end} at the end" if load_end is not None else ""))
     return lines
