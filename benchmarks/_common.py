@@ -249,7 +249,9 @@ def _print_setup_end() -> None:
 def alternate(sides: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
     """Run each side ``warmup`` times untimed, then ``repeats`` rounds of A, B, A, B, ... so that
     load from other programs hits all sides alike. sides: name -> function of no arguments.
-    Returns ({name: [seconds per round]}, {name: what its last call returned})."""
+    Returns ({name: [seconds per round]}, {name: what its last call returned}). The order stays the
+    same in every round: bench_long_attention's in-process times use it; a comparison that is quoted
+    uses ``paired``, which rotates the order."""
     if repeats < 1:
         raise SystemExit(f"need at least one timed round, got {repeats}")
     out = {}
