@@ -23,7 +23,8 @@ TRANSFORMERS = [
     dict(share_embeddings=False, tgt_vocab_size=23, tie_output=True, norm_first=True, activation="gelu"),
     dict(n_encoder_layers=0, final_norm=True, pad_id=3),
 ]
-LMS = [dict(), dict(pad_id=0, tie_output=False, positional="sinusoidal", norm_first=False, activation="relu")]
+LMS = [dict(), dict(pad_id=0, tie_output=False, positional="sinusoidal", norm_first=False, activation="relu"),
+       dict(norm_first=True, activation="gelu_tanh", scale_embeddings=False)]      # GPT-2's choices
 CLASSIFIERS = [dict(), dict(pool="mean", norm_first=True), dict(head="tagging", pad_id=-1, positional="sinusoidal")]
 
 

@@ -100,8 +100,17 @@ def _activation_name(fn, where: str) -> str:
         return "relu"
     if fn is F.gelu or (isinstance(fn, torch.nn.GELU) and fn.approximate == "none"):
         return "gelu"
-    raise ValueError(f"from_torch: {where} has activation {fn!r}; npformer supports relu and exact gelu "
-                     f"('relu', 'gelu', F.relu, F.gelu, nn.ReLU(), nn.GELU())")
+    if isinstance(fn, torch.nn.GELU) and fn.approximate == "tanh":
+        return "gelu_tanh"
+    raise ValueError(f"from_torch: {where} has activation {fn!r}; npformer supports relu, exact gelu and gelu's "
+                     f"tanh approximation ('relu', 'gelu', F.relu, F.gelu, nn.ReLU(), nn.GELU(), "
+                     f"nn.GELU(approximate='tanh'))")
+
+
+def _torch_activation(name: str):
+    """npformer's activation name as torch's encoder/decoder layers take it (a string or a module)."""
+    torch = _import_torch("to_torch")
+    return torch.nn.GELU(approximate="tanh") if name == "gelu_tanh" else name
 
 
 def _check_norm(norm, where: str) -> None:
@@ -266,7 +275,7 @@ def _layer_to_torch(layer, decoder: bool):
     sa = layer.self_attn
     cls = torch.nn.TransformerDecoderLayer if decoder else torch.nn.TransformerEncoderLayer
     out = cls(sa.d_model, sa.n_heads, layer.ffn.linear1.params["weight"].shape[0], dropout=layer.dropout1.p,
-              activation=layer.ffn.activation, layer_norm_eps=layer.norm1.eps, batch_first=True,
+              activation=_torch_activation(layer.ffn.activation), layer_norm_eps=layer.norm1.eps, batch_first=True,
               norm_first=layer.norm_first, dtype=_torch_dtype(layer))
     attns = ("self_attn", "multihead_attn") if decoder else ("self_attn",)
     for name in attns:

@@ -405,7 +405,8 @@
     for (const name in EXTRA_VIEWS) avail[name] = !!EXTRA_VIEWS[name].available();
     for (const b of document.querySelectorAll("#tabs button[data-view]")) {
       b.disabled = !avail[b.dataset.view];
-      b.hidden = !avail[b.dataset.view] && (b.dataset.view === "training" || b.dataset.view === "image");
+      const optional = b.dataset.view === "training" || b.dataset.view === "image" || b.dataset.view in EXTRA_VIEWS;
+      b.hidden = !avail[b.dataset.view] && optional;      // a view this model never has is not shown at all
     }
     if (!avail[S.view]) setViewQuiet("head");
   }
