@@ -5,6 +5,7 @@
     npformer explore runs/digits 17                                  # a test image, by index
     npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
+    npformer explore runs/tabletop --target pick=6                   # explain another output: why cell 6?
 
 Without --out the file is RUN_DIR/explore.html (./explore.html for minilm); the command prints its
 path. The page makes no network request: its script, style and data are inline. ``--serve`` binds
@@ -29,6 +30,9 @@ def add_arguments(p) -> None:
                                                       "./explore.html for minilm)")
     p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene (default 0)")
     p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
+    p.add_argument("--target", metavar="POS=TOKEN",
+                   help="explain this output besides the prediction (shown first): POS a 0-based output position, "
+                        "or pick, place or cls; TOKEN the token's text or id, or the cell or class number")
     p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and rerun the model per input")
     p.add_argument("--port", type=int, default=8765, metavar="N", help="--serve's port (default 8765)")
 
@@ -51,23 +55,51 @@ def run(args) -> int:
         raise CLIError(f"--out must name an .html file, got {str(out)!r}")
     if not args.serve and not out.parent.is_dir():
         raise CLIError(f"directory does not exist: {out.parent}")
+    if args.target is not None:
+        _check_target(args.target, minilm)
     ex = open_explorer(args.source)
     inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction)
+    for one in inputs if args.target is not None else ():
+        one["target"] = args.target
     if args.serve:
         return _serve(ex, inputs, args.port)
     from ..explore.render import render_html
 
-    html = render_html(ex.payload(inputs))
+    html = render_html(_payload(ex, inputs))
     atomic_write_bytes(out, html.encode("utf-8"))
     print(out)
     return 0
 
 
+def _check_target(spec: str, minilm: bool) -> None:
+    """--target's form (POS=TOKEN), before the model loads; whether POS and TOKEN exist is the model's to say."""
+    from ..explore.targets import TargetError, split_target
+
+    if minilm:
+        raise CLIError("--target is for trained runs: minilm's targets are [CLS] and the mean-pooled embedding")
+    try:
+        split_target(spec)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
+
+
+def _payload(ex, inputs) -> dict:
+    from ..explore.targets import TargetError
+
+    try:
+        return ex.payload(inputs)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
+
+
 def _serve(ex, inputs, port: int) -> int:
     from ..explore.serve import ExploreServer
+    from ..explore.targets import TargetError
 
     try:
         server = ExploreServer(ex, inputs, port)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
     except OSError as e:
         if e.errno in (98, 48, 10048):                               # EADDRINUSE (Linux, macOS, Windows)
             raise CLIError(f"port {port} is in use on 127.0.0.1: choose another with --port") from None
