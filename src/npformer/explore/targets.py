@@ -37,7 +37,7 @@ class TargetError(ValueError):
 class Target:
     slot: int                           # the output position: an index into the explorer's positions
     id: int                             # the token id, class or cell
-    rank: int                           # 0: the model's prediction there; otherwise its place by logit
+    rank: int                           # 0: the model's prediction there; then 1, 2, ... by logit
     chosen: bool = False                # given by --target (or the form's target field)
 
 
@@ -89,21 +89,26 @@ def choose(logits: np.ndarray, predicted, chosen: tuple[int, int] | None = None,
     for p in range(len(logits)) if slots is None else slots:
         pred = int(predicted[p])
         others = [int(c) for c in order[p, :top] if int(c) != pred][:top - 1]
-        out += [Target(p, pred, 0)] + [Target(p, c, _rank(logits[p], c)) for c in others]
+        out += [Target(p, pred, 0)] + [Target(p, c, _rank(logits[p], c, pred)) for c in others]
     for p, c in extra:
         if not any((t.slot, t.id) == (p, c) for t in out):
-            out.append(Target(p, c, _rank(logits[p], c)))
+            out.append(Target(p, c, _rank(logits[p], c, int(predicted[p]))))
     if chosen is not None:
         same = [t for t in out if (t.slot, t.id) == chosen]
         out = [t for t in out if (t.slot, t.id) != chosen]
-        first = same[0] if same else Target(chosen[0], chosen[1], _rank(logits[chosen[0]], chosen[1]))
+        p, c = chosen
+        first = same[0] if same else Target(p, c, _rank(logits[p], c, int(predicted[p])))
         out.insert(0, replace(first, chosen=True))
     return out
 
 
-def _rank(row: np.ndarray, c: int) -> int:
-    """1 + how many logits of the row are higher than c's (at least 1: rank 0 is the prediction's)."""
-    return max(1, int((row > row[c]).sum()))
+def _rank(row: np.ndarray, c: int, pred: int) -> int:
+    """c's place after the prediction (rank 0): 1 + how many other ids have a higher logit than c's."""
+    if c == pred:
+        return 0
+    higher = row > row[c]                                               # (V,)
+    higher[pred] = False
+    return 1 + int(higher.sum())
 
 
 def suffix(t: Target) -> str:
