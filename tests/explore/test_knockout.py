@@ -38,6 +38,12 @@ def zeroed(model, name: str, head: int, forward):
         w[...] = saved
 
 
+def log_odds(logits, slots, ids) -> np.ndarray:
+    """log(p / (1 - p)) of each target: its logit minus the logsumexp of the others at its position."""
+    return np.array([logits[s, c] - special.logsumexp(np.delete(logits[s], c))
+                     for s, c in zip(slots, ids, strict=True)])
+
+
 def forward_of(kind, run):
     """The explained forward of INPUTS[kind] -> () -> logits (P, V) at the output positions."""
     model, task, inp = run.model, run.task, INPUTS[kind][0]
@@ -72,6 +78,7 @@ def test_the_pages_knockouts_equal_a_forward_with_that_heads_slice_zeroed(explor
     forward = forward_of(kind, run)
     full = forward().astype(np.float64)                                # (P, V)
     logp_full = special.log_softmax(full, axis=-1)
+    odds_full = log_odds(full, slots, ids)
     np.testing.assert_allclose(kn["full"]["logit"], full[slots, ids], rtol=0, atol=1e-5)
     np.testing.assert_allclose(kn["full"]["prob"], np.exp(logp_full[slots, ids]), rtol=0, atol=1e-5)
     assert kn["full"]["decision"] == full[slots].argmax(-1).tolist()
@@ -86,7 +93,7 @@ def test_the_pages_knockouts_equal_a_forward_with_that_heads_slice_zeroed(explor
                 logp = special.log_softmax(out, axis=-1)
                 np.testing.assert_allclose(logit[layer, head], out[slots, ids], rtol=0, atol=1e-5)
                 np.testing.assert_allclose(prob[layer, head], np.exp(logp[slots, ids]), rtol=0, atol=1e-5)
-                np.testing.assert_allclose(effect[layer, head], logp_full[slots, ids] - logp[slots, ids],
+                np.testing.assert_allclose(effect[layer, head], odds_full - log_odds(out, slots, ids),
                                            rtol=0, atol=1e-5)
                 assert decision[layer, head].tolist() == out[slots].argmax(-1).tolist()
 

@@ -7,7 +7,9 @@ the target is measured:
 
     logit models (dates, copy, text, digits, tabletop)   the target's logit and probability, and the
         decision at its position (the argmax: the character, class, pick or place cell); the effect is
-        the drop in the target's log-probability, log p_full - log p_knocked (nats)
+        the drop in the target's log-odds, log(p / (1 - p)) = z_c - logsumexp_{j != c} z_j (nats), full
+        minus knocked out: the log-probability's drop would vanish (to float noise) for a target the
+        model is sure of, p = 1 - 1e-11, while its log-odds still say how far it moved
     MiniLM                                               the target vector ([CLS] or mean-pooled): its
         length, and the cosine with the full model's; the effect is 1 - cosine
 
@@ -90,23 +92,26 @@ def knocked_out(model, kind: str, shapes: dict[str, tuple[int, int]], run: Calla
     return full, np.concatenate(parts)
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
+def logsumexp(x: np.ndarray) -> np.ndarray:
+    """log sum_j exp(x_j) over the last axis, in float64 (-inf entries count zero)."""
     x = np.asarray(x, dtype=np.float64)
     m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
 
 
 def logit_measures(logits: np.ndarray, slots, ids) -> dict[str, np.ndarray]:
-    """logits (..., P, V) -> for the K targets (slot, id): logit, prob, logp, decision (the argmax at the
-    target's position), each (..., K)."""
+    """logits (..., P, V) -> for the K targets (slot, id): logit, prob, log-odds (z_c - logsumexp of the
+    others), decision (the argmax at the target's position), each (..., K)."""
     slots, ids = np.asarray(slots), np.asarray(ids)
     at = np.asarray(logits)[..., slots, :]                          # (..., K, V)
-    logp = log_softmax(at)                                          # (..., K, V)
+    logp = at - logsumexp(at)[..., None]                            # (..., K, V) log-softmax
     pick = np.broadcast_to(ids[:, None], at.shape[:-1] + (1,))     # (..., K, 1)
-    return {"logit": np.take_along_axis(at, pick, axis=-1)[..., 0].astype(np.float64),
-            "logp": np.take_along_axis(logp, pick, axis=-1)[..., 0],
-            "prob": np.exp(np.take_along_axis(logp, pick, axis=-1)[..., 0]),
-            "decision": at.argmax(axis=-1)}
+    z = np.take_along_axis(at, pick, axis=-1)[..., 0].astype(np.float64)          # (..., K)
+    others = np.array(at, dtype=np.float64)                                       # (..., K, V)
+    np.put_along_axis(others, pick, -np.inf, axis=-1)
+    return {"logit": z, "logodds": z - logsumexp(others),
+            "prob": np.exp(np.take_along_axis(logp, pick, axis=-1)[..., 0]), "decision": at.argmax(axis=-1)}
+
 
 
 def vector_measures(vectors: np.ndarray, full: np.ndarray) -> dict[str, np.ndarray]:
@@ -170,7 +175,7 @@ def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarra
     else:
         slots, ids = [t.slot for t in targets], [t.id for t in targets]
         f, k = logit_measures(full, slots, ids), logit_measures(knocked, slots, ids)
-        effect = f["logp"] - k["logp"]                              # (U, K)
+        effect = f["logodds"] - k["logodds"]                        # (U, K)
         full_json = {"logit": f["logit"].tolist(), "prob": f["prob"].tolist(), "decision": f["decision"].tolist()}
         stored = {"logit": k["logit"], "prob": k["prob"], "decision": k["decision"]}
     out_groups, start = {}, 0

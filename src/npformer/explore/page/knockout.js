@@ -5,7 +5,7 @@
 //                  target (gradient-weighted relevance; payload knockout.top_keys of them);
 //   by knock-out   how much the target lost when that head's slice of the merged heads was zeroed and
 //                  the model run again (payload knockout.groups[group].effect: the drop in the target's
-//                  log-probability, or 1 - cosine for MiniLM's embedding).
+//                  log-odds log(p / (1 - p)), or 1 - cosine for MiniLM's embedding).
 // The Spearman correlation of the two rankings (computed when the page was written, ties by average rank)
 // and a sentence chosen from the numbers say whether attention predicted importance here. A line joins
 // each head's two places. Click a head (a row, or a line's end) to open it in the head view; on the
@@ -61,12 +61,16 @@
     const byEffect = rows.slice().sort((a, b) => b.effect - a.effect || a.i - b.i);
     const byAttention = rows.slice().sort((a, b) => b.attention - a.attention || a.i - b.i);
     const top = byEffect[0], first = byAttention[0];
-    const unit = measure === "cosine" ? "1 \u2212 cosine " : "the target's log-probability fell by ";
+    const unit = measure === "cosine" ? "1 \u2212 cosine " : "the target's log-odds fell by ";
     let more = " The head whose knock-out mattered most, " + headName(top) + " (" + unit + P.fmt(top.effect) +
-      "), ranks " + top.rankAttention + " of " + n + " by attention; the head attention ranks first, " + headName(first) +
+      "), ranks " + top.rankAttention + " of " + n + " by attention";
+    more += top === first ? ": attention's first head too." : "; the head attention ranks first, " + headName(first) +
       ", ranks " + first.rankEffect + " by knock-out (" + P.fmt(first.effect) + ").";
     const flips = rows.filter((x) => x.flip).length;
-    if (measure !== "cosine") more += " " + (flips ? flips + " of the " + n + " knock-outs change the decision at the target's position." : "No knock-out changes the decision at the target's position.");
+    if (measure !== "cosine") {
+      more += " " + (flips ? flips + " of the " + n + " knock-outs " + (flips === 1 ? "changes" : "change") +
+                     " the decision at the target's position." : "No knock-out changes the decision at the target's position.");
+    }
     return head + more;
   }
 
@@ -100,7 +104,7 @@
       (kg.queries[k] === null ? "averaged over the query rows" : "in query row " + kg.queries[k] + " \u201c" +
        P.shortToken(g.query_tokens[kg.queries[k]], 12) + "\u201d") +
       ". Ranked by knock-out: " + (cosine ? "1 \u2212 the cosine between the knocked-out and the full embedding." :
-      "how far the target's log-probability fell (nats; negative: it rose).") + " Click a head to open it."]));
+      "how far the target's log-odds log(p/(1\u2212p)) fell (nats; negative: they rose).") + " Click a head to open it."]));
     section.appendChild(el("p", { id: "knockout-sentence", text: verdict(rows, rho, K.measure) }));
     if (rho !== null && rho !== undefined) section.lastChild.dataset.rho = String(rho);
 
