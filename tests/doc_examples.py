@@ -6,7 +6,8 @@ runs them. Its docstring states the rules; this module applies them:
   that runs another program without a marker;
 - ``parse(text, path)`` does the same for one Markdown text;
 - ``rewrite(argv)`` gives the budget a training command runs with here, ``outputs(argv)`` what it
-  promises to write, ``reads(example)`` the run directories an example needs from elsewhere.
+  promises to write, ``reads(example)`` the run directories an example needs from elsewhere;
+- ``provide_models(example, where)`` makes the model directories an example names (``MODEL_DIRS``).
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ MARKER = re.compile(r"<!--\s*examples?\b.*?-->|<!--\s*examples?\b.*$", re.I)    
 SKIP = re.compile(r"<!-- example: skip \((?P<reason>.*)\) -->")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 METAVARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+# the model directories the docs' examples name as a reader's own, made where an example runs that names one
+MODEL_DIRS = ("my-bert",)               # a plain Hugging Face bert directory (tests/hf_dirs.py)
 
 # the reduced budgets of training commands: a fresh run, a --resume of it, a study's runs
 TRAIN_STEPS = 1
@@ -273,3 +277,12 @@ def reads(example: Example) -> list:
         if run:
             made.add(run)
     return need
+
+
+def provide_models(example: Example, where: Path) -> None:
+    """The model directories of ``MODEL_DIRS`` that ``example`` names, made in ``where``."""
+    from hf_dirs import write_plain_bert
+
+    for name in MODEL_DIRS:
+        if re.search(rf"(?<![\w/.-]){re.escape(name)}(?![\w-])", example.source):
+            write_plain_bert(where / name)

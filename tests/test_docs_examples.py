@@ -163,6 +163,7 @@ def test_example_runs(example: Example, runs: Runs, monkeypatch):
     where = runs.directory(example.id.split(":")[0].replace("/", "_") + f"-{example.line}")
     for run in reads(example):
         runs.provide(run, where)
+    docs.provide_models(example, where)
     monkeypatch.chdir(where)
     if example.kind == "python":
         exec(compile(example.source, example.id, "exec"), {"__name__": "__docs_example__"})

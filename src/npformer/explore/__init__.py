@@ -7,6 +7,9 @@
     targets.py     which outputs are explained: the prediction, 4 alternatives, --target POS=TOKEN
     arrays.py      arrays in the JSON (encode_array, decode_array)
     payload.py     the page's data (docs/EXPLORE_FORMAT.md) for each model kind, and the training probe
+    arrays.py      arrays in the page's JSON: base64, 8-bit maps, zlib-compressed float32 byte planes
+    kinds.py, words.py   token kinds from labels; word pieces as words, and where a long text was cut
+    layers.py      ``--layers A-B``: only those layers' maps in the page
     render.py      ``render_html(payload) -> str``: the page with its script, style and data inline
     serve.py       ``--serve``: a local page that reruns the model for each new input
 

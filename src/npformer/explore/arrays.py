@@ -1,5 +1,9 @@
-"""Arrays in the explorer's JSON (docs/EXPLORE_FORMAT.md, "Arrays"): ``encode_array`` writes one as
-{"dtype", "shape", "b64"}, ``decode_array`` reads it back (tests and --serve clients use it)."""
+"""Arrays in the explorer's JSON (docs/EXPLORE_FORMAT.md, "Arrays"): ``{"dtype", "shape", "b64"}``, little-endian
+raw bytes in base64, 8-bit maps with a "scale", and large float32 arrays as zlib-compressed byte planes.
+
+    d = encode_array(q, "f32", compress=True)
+    q_again = decode_array(d)
+"""
 from __future__ import annotations
 
 import base64
@@ -46,3 +50,15 @@ def decode_array(d: dict) -> np.ndarray:
         raise ValueError(f"unknown array codec {d['codec']!r}")
     x = np.frombuffer(raw, dtype=_DTYPES[d["dtype"]]).reshape(d["shape"])
     return x * d["scale"] if "scale" in d else x
+
+
+def mask_array(mask: np.ndarray) -> dict:
+    """A boolean mask as "u8" 0/1 (1 = may attend), no scale."""
+    m = np.ascontiguousarray(mask, dtype=np.uint8)
+    return {"dtype": "u8", "shape": list(m.shape), "b64": base64.b64encode(m.tobytes()).decode("ascii")}
+
+
+def map_array(x: np.ndarray) -> dict:
+    """A relevance or rollout map: float16 when it fits (it nearly always does), else float32."""
+    x = np.asarray(x, dtype=np.float64)
+    return encode_array(x, "f16" if np.abs(x).max(initial=0.0) < 6e4 else "f32")

@@ -1,6 +1,6 @@
 """The explorer's payload (docs/EXPLORE_FORMAT.md) for each kind of model npformer has.
 
-    ex = open_explorer("runs/dates")            # or "minilm"
+    ex = open_explorer("runs/dates")            # or "minilm", or a Hugging Face directory
     payload = ex.payload([{"text": "29 November 2026"}])
 
 An explorer runs the model once per input in eval mode, reads every attention op's q, k, v and
@@ -14,13 +14,15 @@ Model kinds and what an input is:
     decoder_lm (text)           {"text"}: the prompt; the target is the next character predicted
     vit (digits)                {"index"}: a test image; targets the predicted class (and the label)
     vla (tabletop)              {"seed", "instruction"}: a scene and what to do; targets pick and place
-    minilm                      {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
+    minilm, bert, roberta, ...  {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
+                                (all-MiniLM-L6-v2, or a BERT-family Hugging Face directory: HF_EXPLORERS)
 Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T tokens.
 """
 from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,26 +31,18 @@ from . import capture as cap
 from . import knockout as ko
 from . import relevance as rel
 from . import targets as tg
-from .arrays import CODEC, decode_array, encode_array  # noqa: F401  (CODEC, decode_array: this module's API too)
+from .arrays import decode_array as decode_array  # re-exported: tests and clients read arrays with it
+from .arrays import encode_array
+from .arrays import map_array as _map_array
+from .arrays import mask_array as _mask_array
+from .kinds import label_kinds
+from .words import truncation, word_fields
 
 VERSION = 1
 MAX_TARGETS = 24                       # an encoder-decoder's output tokens explained, at most
 MAX_CHARS = 2000                       # the longest text input accepted
 WEIGHTS_MAX = 1 << 20                  # store 8-bit weights only when L*H*Tq*Tk is at most this
 COMPRESS_OVER = 1 << 20                # q, k, v of a group over this many bytes together: zlib-shuffle4
-
-
-# -- arrays in JSON: encode_array, decode_array (arrays.py) ---------------------------------------
-def _mask_array(mask: np.ndarray) -> dict:
-    """A boolean mask as "u8" 0/1 (1 = may attend), no scale."""
-    m = np.ascontiguousarray(mask, dtype=np.uint8)
-    return {"dtype": "u8", "shape": list(m.shape), "b64": base64.b64encode(m.tobytes()).decode("ascii")}
-
-
-def _map_array(x: np.ndarray) -> dict:
-    """A relevance or rollout map: float16 when it fits (it nearly always does), else float32."""
-    x = np.asarray(x, dtype=np.float64)
-    return encode_array(x, "f16" if np.abs(x).max(initial=0.0) < 6e4 else "f32")
 
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -124,6 +118,7 @@ class Explorer:
     kind = ""
     fields: list[dict] = []            # what one input needs (docs/EXPLORE_FORMAT.md, "Serve")
     max_inputs = 4
+    layers: tuple[int, int] | None = None   # --layers A-B: store only these layers' maps (explore/layers.py)
 
     def __init__(self, title: str, model_info: dict, training: dict | None = None) -> None:
         self.title, self.model_info, self.training = title, model_info, training
@@ -145,8 +140,13 @@ class Explorer:
                  "relevance as float16.",
                  "Relevance: Chefer, Gur & Wolf 2021, gradients from npformer's own backward; "
                  "rollout: Abnar & Zuidema 2020 with the residual as 0.5 I."]
-        return {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
-                "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        out = {"version": VERSION, "title": self.title, "model": {"kind": self.kind, **self.model_info},
+               "inputs": [self.explain(i) for i in inputs], "training": self.training, "notes": notes}
+        if self.layers is not None:
+            from .layers import keep_layers
+
+            out = keep_layers(out, *self.layers)
+        return out
 
 
 def _model_info(c) -> dict:
@@ -193,6 +193,7 @@ class RunExplorer(Explorer):
         if probe["weights"].shape[-2:] != (len(q), len(k)):
             return None                                              # a probe of another shape: not shown
         return {"steps": probe["steps"].tolist(), "group": probe["group"], "query_tokens": q, "key_tokens": k,
+                "token_kinds": {"query": label_kinds(q), "key": label_kinds(k)},
                 "weights": {"dtype": "u8", "shape": list(probe["weights"].shape), "scale": 1.0 / 255.0,
                             "b64": base64.b64encode(np.ascontiguousarray(probe["weights"]).tobytes()).decode()}}
 
@@ -465,8 +466,9 @@ class VLAExplorer(RunExplorer):
 
 
 class MiniLMExplorer(Explorer):
-    """all-MiniLM-L6-v2 (``npformer.pretrained``): one or two sentences, word pieces; targets [CLS] and the
-    mean-pooled embedding (the sentence embedding before its L2 norm)."""
+    """all-MiniLM-L6-v2 (``npformer.pretrained``), or the BERT-family directory ``model_dir`` (a
+    sentence-transformers or a plain Hugging Face one; kind: its model_type): one or two sentences, word
+    pieces; targets the first piece ([CLS]) and the mean-pooled embedding (before any L2 norm)."""
 
     kind = "minilm"
     fields = [{"name": "text", "label": "sentence", "kind": "text", "default": ""}]
@@ -477,6 +479,7 @@ class MiniLMExplorer(Explorer):
 
         self.encoder = SentenceEncoder.load(model_dir)
         c = self.encoder.model.config
+        self.kind = c.model_type if model_dir else "minilm"
         info = {"d_model": c.hidden_size, "n_heads": c.num_attention_heads,
                 "head_dim": c.hidden_size // c.num_attention_heads, "norm": "post"}
         name = Path(self.encoder.path).name if model_dir else "all-MiniLM-L6-v2"  # type: ignore[arg-type]  # load set path
@@ -514,7 +517,7 @@ class MiniLMExplorer(Explorer):
         d_cls[0, 0] = cls / np.linalg.norm(cls)                               # d |h_cls| / d h
         d_mean = np.broadcast_to((mean / np.linalg.norm(mean) / t).astype(h.dtype), h.shape).copy()  # d |mean| / d h
         relevance, targets = {}, []
-        for name, dh, query, detail in (("[CLS]", d_cls, 0, "length of the [CLS] output vector"),
+        for name, dh, query, detail in ((pieces[0], d_cls, 0, f"length of the {pieces[0]} output vector"),
                                         ("mean pooled", d_mean, None, "length of the mean-pooled embedding")):
             grads = rel.attention_grads(model.encoder, model.encoder.backward, dh, cache[1])
             relevance[name] = rel.self_relevance(groups["self"].weights,
@@ -526,23 +529,35 @@ class MiniLMExplorer(Explorer):
             return np.stack([hk[:, 0], hk.mean(axis=1)], axis=1)
         knock = ko.knockout_json(model, "bert", groups, vectors, [], {"self": relevance}, ["[CLS]", "mean pooled"],
                                  {"self": [0, None]}, vectors=True)
-        kinds = ["special" if p in ("[CLS]", "[SEP]") else "word" for p in pieces]
+        kinds = ["special" if p in ("[CLS]", "[SEP]", "<s>", "</s>") else "word" for p in pieces]
+        g = group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)
+        g.update(word_fields(pieces, pieces))
+        tok = self.encoder.tokenizer
         return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
                 "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets, "knockout": knock,
-                "groups": [group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)],
-                "image": None}
+                "groups": [g], "image": None,
+                "truncated": truncation(text, tok.spans([text])[0], pieces, tok.max_length)}
 
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+# a Hugging Face directory's config.json model_type -> its explorer
+HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer}
 
 
 def open_explorer(source) -> Explorer:
-    """"minilm" (all-MiniLM-L6-v2) or a run directory written by ``npformer train``."""
+    """"minilm" (all-MiniLM-L6-v2), a Hugging Face directory (config.json names a model_type of
+    HF_EXPLORERS) or a run directory written by ``npformer train`` (its config.json has no model_type)."""
+    from ..pretrained.hf import model_type
     from ..train.checkpoint import load_run
 
     if str(source) == "minilm":
         return MiniLMExplorer()
+    if (hf := model_type(source)) is not None:
+        if hf not in HF_EXPLORERS:
+            raise ValueError(f"{Path(source) / 'config.json'}: model_type {hf!r} is not supported: the explorer "
+                             f"opens {', '.join(HF_EXPLORERS)} directories")
+        return HF_EXPLORERS[hf](source)
     run = load_run(source)
     kind = run.config["model_kind"]
     if kind not in EXPLORERS:

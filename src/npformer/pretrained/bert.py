@@ -7,6 +7,16 @@ BERT is the paper's encoder with three changes, all visible here:
 The layers are post-LN (``x = norm(x + sublayer(x))``) as in the paper, so they are plain
 ``npformer.nn.EncoderLayer``s; only the parameter names differ, and ``_rename`` maps them.
 
+RoBERTa and DistilBERT are the same network, mapped at the loader (``BertConfig.from_dict`` and
+``_checkpoint_entries``), never built as second models:
+    roberta      the weights under ``roberta.``; position ids start at pad_token_id + 1 (transformers'
+                 ``create_position_ids_from_input_ids``), so the loader drops the table's first
+                 pad_token_id + 1 rows and position 0 is the next one. (transformers gives a piece whose id
+                 is the padding id, inside a text, the padding row instead; a tokenizer makes one only from
+                 the literal padding token in the text.)
+    distilbert   other names (dim, n_layers, q_lin, sa_layer_norm, ...) and no token types: the loader
+                 renames them and adds a token-type table of one zero row; LayerNorm eps is 1e-12.
+
 Loading trusts neither file: config.json is read with ``settings.read_json``'s limits and its
 parameter count computed before anything is built (over 2^31 is refused); then the safetensors
 header alone is read (``weights.read_header``) and every tensor's shape and dtype compared with what
@@ -26,15 +36,31 @@ from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
 from ..settings import FileFormatError, read_json, reading
+from .hf import safetensors_file
 from .weights import TensorEntry, read_header, read_tensors
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
                       "BertForTokenClassification", "BertForQuestionAnswering", "BertForNextSentencePrediction",
                       "BertForMultipleChoice", "BertLMHeadModel")
+# model_type -> the prefix of the encoder's weights in a checkpoint of a task model (BertForMaskedLM:
+# "bert."); a checkpoint of the bare encoder (BertModel) has none
+BERT_FAMILY = {"bert": "bert.", "roberta": "roberta.", "distilbert": "distilbert."}
+FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa", "distilbert": "DistilBERT"}
+# hidden_act -> npformer's FeedForward activation (both transformers' and npformer's: exact erf GELU, ReLU)
+HIDDEN_ACTS = {"gelu": "gelu", "relu": "relu"}
+# DistilBERT's config.json names -> BERT's, with transformers' DistilBertConfig defaults for absent ones
+_DISTILBERT_FIELDS = {"dim": ("hidden_size", 768), "n_layers": ("num_hidden_layers", 6),
+                      "n_heads": ("num_attention_heads", 12), "hidden_dim": ("intermediate_size", 3072),
+                      "activation": ("hidden_act", "gelu")}
+# DistilBERT's names inside transformer.layer.I -> BERT's inside encoder.layer.I
+_DISTILBERT_LAYER = (("attention.q_lin.", "attention.self.query."), ("attention.k_lin.", "attention.self.key."),
+                     ("attention.v_lin.", "attention.self.value."), ("attention.out_lin.", "attention.output.dense."),
+                     ("sa_layer_norm.", "attention.output.LayerNorm."), ("ffn.lin1.", "intermediate.dense."),
+                     ("ffn.lin2.", "output.dense."), ("output_layer_norm.", "output.LayerNorm."))
 # Checkpoint entries that are not part of the encoder: the [CLS] pooler and task heads.
-_IGNORED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.")
-_IGNORED_KEYS = ("embeddings.position_ids",)
+_IGNORED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.", "lm_head.")
+_IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
 # config.json's torch_dtype -> the safetensors dtype every weight must then have (without it: any of them)
 WEIGHT_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64"}
 
@@ -46,12 +72,15 @@ class BertConfig:
     num_hidden_layers: int = 12      # encoder layers
     num_attention_heads: int = 12    # H; E must divide by H
     intermediate_size: int = 3072    # feed-forward inner width
-    max_position_embeddings: int = 512  # rows of the learned position table, the hard length limit
+    max_position_embeddings: int = 512  # rows of the position table as npformer builds it, the hard length
+                                        # limit: config.json's less position_offset
     type_vocab_size: int = 2         # rows of the token-type (segment) table
     layer_norm_eps: float = 1e-12    # eps of every LayerNorm, as config.json says
-    hidden_act: str = "gelu"         # only exact (erf) GELU is supported
+    hidden_act: str = "gelu"         # "gelu" (exact, erf) or "relu"
     pad_token_id: int | None = 0     # id of [PAD] (None in some configs; the tokenizer pads with its own)
     torch_dtype: str | None = None   # the weights' dtype ("float32", "float16", "float64"); None: any of them
+    model_type: str = "bert"         # "bert", "roberta" or "distilbert": how the checkpoint names its weights
+    position_offset: int = 0         # the checkpoint's position rows before position 0 (roberta: pad_token_id + 1)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -62,9 +91,15 @@ class BertConfig:
         if self.hidden_size % self.num_attention_heads != 0:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by "
                              f"num_attention_heads ({self.num_attention_heads})")
-        if self.hidden_act != "gelu":
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported: npformer runs BERT with exact "
-                             "(erf) GELU, hidden_act 'gelu'")
+        if self.hidden_act not in HIDDEN_ACTS:
+            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported: npformer runs BERT with "
+                             f"{' or '.join(map(repr, HIDDEN_ACTS))} (exact erf GELU, ReLU)")
+        if self.model_type not in BERT_FAMILY:
+            raise ValueError(f"model_type {self.model_type!r} is not a BERT-family encoder "
+                             f"({', '.join(BERT_FAMILY)})")
+        check_int("position_offset", self.position_offset, minimum=0)
+        if self.model_type == "distilbert" and self.type_vocab_size != 1:
+            raise ValueError("a distilbert encoder has no token types: type_vocab_size must be 1")
         check_float("layer_norm_eps", self.layer_norm_eps, 0.0, 1.0, low_inclusive=False)
         if self.torch_dtype is not None and self.torch_dtype not in WEIGHT_DTYPES:
             raise ValueError(f"torch_dtype {self.torch_dtype!r} is not supported: npformer reads "
@@ -82,12 +117,15 @@ class BertConfig:
         return sum(math.prod(shape) for _, shape in self.checkpoint_shapes())
 
     def checkpoint_shapes(self):
-        """Yields (name, shape) of every tensor of the encoder, named as in Hugging Face's checkpoints
-        (without a "bert." prefix), in the checkpoints' order of layers."""
+        """Yields (name, shape) of every tensor of the encoder's checkpoint, named as in Hugging Face's
+        BERT checkpoints (without a "bert." prefix), in the checkpoints' order of layers. The shapes are
+        the checkpoint's: roberta's position table has its position_offset rows more, distilbert has no
+        token-type table."""
         e, f = self.hidden_size, self.intermediate_size
         yield "embeddings.word_embeddings.weight", (self.vocab_size, e)
-        yield "embeddings.position_embeddings.weight", (self.max_position_embeddings, e)
-        yield "embeddings.token_type_embeddings.weight", (self.type_vocab_size, e)
+        yield "embeddings.position_embeddings.weight", (self.max_position_embeddings + self.position_offset, e)
+        if self.model_type != "distilbert":
+            yield "embeddings.token_type_embeddings.weight", (self.type_vocab_size, e)
         yield "embeddings.LayerNorm.weight", (e,)
         yield "embeddings.LayerNorm.bias", (e,)
         for i in range(self.num_hidden_layers):
@@ -100,23 +138,46 @@ class BertConfig:
 
     @classmethod
     def from_dict(cls, cfg: dict, source: str = "config.json") -> "BertConfig":
-        """Checks that ``cfg`` (a Hugging Face config.json) describes a BERT-family encoder."""
+        """Checks that ``cfg`` (a Hugging Face config.json) describes a BERT-family encoder: model_type
+        bert, roberta or distilbert (or no model_type and a Bert* architecture), and maps roberta's and
+        distilbert's fields onto BERT's."""
         if not isinstance(cfg, dict):
             raise ValueError(f"{source} must hold a JSON object")
         arch = cfg.get("architectures") or []
         if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
             raise ValueError(f"{source}: architectures must be a list of names, got {arch!r}")
         model_type = cfg.get("model_type")
-        if model_type != "bert" and not any(a in BERT_ARCHITECTURES for a in arch):
-            named = f"model_type {model_type!r}" + (f", architectures {arch}" if arch else "")
+        if not isinstance(model_type, str) or model_type not in BERT_FAMILY:
+            model_type = "bert" if any(a in BERT_ARCHITECTURES for a in arch) else repr(model_type)[:40]
+        if model_type not in BERT_FAMILY:                                  # its repr, cut
+            named = f"model_type {model_type}" + (f", architectures {arch}" if arch else "")
             raise ValueError(f"{source} describes {named}, not a BERT-family encoder "
-                             "(model_type 'bert' or a Bert* architecture)")
+                             f"(model_type {', '.join(map(repr, BERT_FAMILY))} or a Bert* architecture)")
         pos = cfg.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise ValueError(f"{source}: position_embedding_type {pos!r} is not supported, only 'absolute'")
-        fields = {f: cfg[f] for f in cls.__dataclass_fields__ if f in cfg}
+        if "torch_dtype" not in cfg and "dtype" in cfg:              # transformers 5 writes "dtype"
+            cfg = {**cfg, "torch_dtype": cfg["dtype"]}
+        if model_type == "distilbert":
+            cfg = {**{bert: cfg.get(own, default) for own, (bert, default) in _DISTILBERT_FIELDS.items()},
+                   **{k: cfg[k] for k in ("vocab_size", "max_position_embeddings", "pad_token_id", "torch_dtype")
+                      if k in cfg},
+                   "type_vocab_size": 1, "layer_norm_eps": 1e-12}          # as transformers' DistilBERT
+        fields = {f: cfg[f] for f in cls.__dataclass_fields__
+                  if f in cfg and f not in ("model_type", "position_offset")}     # set below, not by the file
         if "vocab_size" not in fields:
             raise ValueError(f"{source} has no vocab_size")
+        fields["model_type"] = model_type
+        if model_type == "roberta":
+            pad = cfg.get("pad_token_id")
+            if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+                raise ValueError(f"{source}: a roberta encoder needs pad_token_id (an int >= 0: its positions "
+                                 f"start after it), got {pad!r}")
+            rows = fields.get("max_position_embeddings", 512)
+            if isinstance(rows, bool) or not isinstance(rows, int) or rows <= pad + 1:
+                raise ValueError(f"{source}: max_position_embeddings must be an int above pad_token_id + 1 "
+                                 f"({pad + 1}: roberta's positions start after the padding id), got {rows!r}")
+            fields.update(max_position_embeddings=rows - pad - 1, position_offset=pad + 1)
         return cls(**fields)
 
     def to_dict(self) -> dict:
@@ -184,7 +245,7 @@ class BertModel(Module):
         self.config = cfg
         self.add_module("embeddings", BertEmbeddings(cfg, rng, dtype))
         self.add_module("encoder", Encoder(cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
-                                           cfg.intermediate_size, dropout=0.0, activation="gelu",
+                                           cfg.intermediate_size, dropout=0.0, activation=HIDDEN_ACTS[cfg.hidden_act],
                                            norm_first=False, final_norm=False, eps=cfg.layer_norm_eps,
                                            rng=rng, dtype=dtype))
         self._weights_t: dict | None = None     # transposed_weights(self.encoder), made by the first infer
@@ -265,22 +326,48 @@ def _rename(key: str) -> str | None:
     raise KeyError(key)
 
 
+def _bert_name(model_type: str, local: str) -> str:
+    """A checkpoint's key (its prefix removed) -> the name ``checkpoint_shapes`` gives it; a key it does
+    not know comes back as it is (and is then refused as unexpected)."""
+    local = local.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+    if model_type != "distilbert" or not local.startswith("transformer.layer."):
+        return local
+    i, _, rest = local[len("transformer.layer."):].partition(".")
+    for own, bert in _DISTILBERT_LAYER:
+        if rest.startswith(own):
+            return f"encoder.layer.{i}.{bert}{rest[len(own):]}"
+    return local
+
+
+def _file_name(model_type: str, name: str) -> str:
+    """A name of ``checkpoint_shapes`` -> the key a ``model_type`` checkpoint gives it (without prefix)."""
+    if model_type != "distilbert" or not name.startswith("encoder.layer."):
+        return name
+    i, _, rest = name[len("encoder.layer."):].partition(".")
+    for own, bert in _DISTILBERT_LAYER:
+        if rest.startswith(bert):
+            return f"transformer.layer.{i}.{own}{rest[len(bert):]}"
+    return name
+
+
 def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertConfig) -> dict[str, TensorEntry]:
     """{name as ``checkpoint_shapes`` says it: entry} of the encoder's tensors in the safetensors
     header of ``path``: every tensor ``cfg`` implies, each of its shape and a float dtype (the config's
     torch_dtype when it names one), and no other; a FileFormatError naming the file and the tensor
-    otherwise. The task heads and position_ids beside the encoder are left out."""
+    otherwise. The task heads and position_ids beside the encoder are left out; roberta's and
+    distilbert's keys are matched under their own prefix and names."""
     keys = list(header)
-    prefix = "bert." if any(k.startswith("bert.embeddings.") for k in keys) else ""
+    kind = cfg.model_type
+    prefix = BERT_FAMILY[kind] if any(k.startswith(BERT_FAMILY[kind] + "embeddings.") for k in keys) else ""
     if f"{prefix}embeddings.word_embeddings.weight" not in header:
-        raise FileFormatError(f"{path} holds no BERT weights: no 'embeddings.word_embeddings.weight' "
-                              f"(with prefix 'bert.' or none); first keys: {keys[:4]}")
+        raise FileFormatError(f"{path} holds no {FAMILY_NAMES[kind]} weights: no 'embeddings.word_embeddings.weight' "
+                              f"(with prefix {BERT_FAMILY[kind]!r} or none); first keys: {keys[:4]}")
     found: dict[str, str] = {}                              # name as checkpoint_shapes says it -> key in the file
     for k in keys:
         local = k[len(prefix):]
         if not k.startswith(prefix) or local in _IGNORED_KEYS or local.startswith(_IGNORED_PREFIXES):
-            continue                                        # task heads outside the BertModel (cls.*)
-        name = local.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+            continue                                        # task heads outside the encoder (cls.*, lm_head.*)
+        name = _bert_name(kind, local)
         if name in found:
             raise FileFormatError(f"{path} holds {found[name]!r} and {k!r}: one weight twice")
         found[name] = k
@@ -288,7 +375,7 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertCon
     entries = {}
     for name, shape in cfg.checkpoint_shapes():
         if name not in found:
-            raise FileFormatError(f"{path}: missing weight {prefix + name!r}")
+            raise FileFormatError(f"{path}: missing weight {prefix + _file_name(kind, name)!r}")
         key = found.pop(name)
         e = header[key]
         if e.shape != shape:
@@ -298,16 +385,21 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertCon
             raise FileFormatError(f"{path}: {key} has dtype {e.dtype}, expected {' or '.join(dtypes)}")
         entries[name] = e
     if found:
-        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for a BERT encoder "
-                              f"of {cfg.num_hidden_layers} layers")
+        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for a "
+                              f"{FAMILY_NAMES[kind]} encoder of {cfg.num_hidden_layers} layers")
     return entries
 
 
-def _read_state(path: Path, entries: dict[str, TensorEntry], n_layers: int) -> dict[str, np.ndarray]:
-    """The checked ``entries`` of model.safetensors -> npformer BertModel state dict (numpy only)."""
+def _read_state(path: Path, entries: dict[str, TensorEntry], cfg: BertConfig) -> dict[str, np.ndarray]:
+    """The checked ``entries`` of model.safetensors -> npformer BertModel state dict (numpy only):
+    roberta's position rows before position 0 dropped, distilbert's token-type table one zero row."""
     raw = read_tensors(path, entries)
     state = {new: v for k, v in raw.items() if (new := _rename(k)) is not None}
-    for i in range(n_layers):
+    table = state["embeddings.position_embeddings.weight"]                 # (P + offset, E)
+    state["embeddings.position_embeddings.weight"] = table[cfg.position_offset:]  # (P, E)
+    if cfg.model_type == "distilbert":                                      # no segments: adds nothing
+        state["embeddings.token_type_embeddings.weight"] = np.zeros((1, cfg.hidden_size), table.dtype)  # (1, E)
+    for i in range(cfg.num_hidden_layers):
         base = f"encoder.layer.{i}.attention.self"
         for kind in ("weight", "bias"):
             # torch's MultiheadAttention stacks W_q, W_k, W_v row-wise in in_proj_weight (3E, E)
@@ -317,20 +409,22 @@ def _read_state(path: Path, entries: dict[str, TensorEntry], n_layers: int) -> d
 
 
 def load_bert(path: str | Path, dtype=np.float32) -> BertModel:
-    """A BertModel from a Hugging Face directory holding config.json and model.safetensors.
+    """A BertModel from a Hugging Face directory holding config.json and model.safetensors (a bert,
+    roberta or distilbert encoder).
 
     Both are checked before the model is built: the config's size, then every tensor of the
-    safetensors header against the config. Errors are one line naming the file."""
+    safetensors header against the config. Errors are one line naming the file; a directory with
+    pytorch_model.bin (a pickle, never read) and no model.safetensors is told how to convert it."""
     path = Path(path)
-    cfg_file, weights = path / "config.json", path / "model.safetensors"
-    for f in (cfg_file, weights):
-        if not f.is_file():
-            raise FileNotFoundError(f"model directory {path} has no {f.name}")
+    cfg_file = path / "config.json"
+    if not cfg_file.is_file():
+        raise FileNotFoundError(f"model directory {path} has no config.json")
+    weights = safetensors_file(path)
     with reading(cfg_file):
         cfg = BertConfig.from_dict(read_json(cfg_file, top=dict), str(cfg_file))
     header, _ = read_header(weights)
     entries = _checkpoint_entries(weights, header, cfg)
     model = BertModel(cfg, dtype=dtype)
-    state = _read_state(weights, entries, cfg.num_hidden_layers)
+    state = _read_state(weights, entries, cfg)
     model.load_state_dict({k: v.astype(dtype, copy=False) for k, v in state.items()})
     return model

@@ -4,6 +4,9 @@
 
 The directory's modules.json says which steps run (Transformer, Pooling, Normalize),
 1_Pooling/config.json how to pool, sentence_bert_config.json the maximum length.
+A plain Hugging Face directory (config.json with a model_type bert, roberta or distilbert,
+model.safetensors, tokenizer.json and no modules.json) is pooled as sentence-transformers pools one:
+the mean over the text's pieces, not normalised, up to the model's max_position_embeddings pieces.
 Texts are sorted by length and cut into batches, as sentence-transformers does; a batch
 then runs packed, its texts' tokens one after another with no padding and no mask
 (``BertModel.infer``), in pieces that run side by side on the cores (``parallel.py``);
@@ -23,6 +26,7 @@ import numpy as np
 
 from ..settings import read_json, reading
 from .bert import BertModel, load_bert
+from .hf import model_type, safetensors_file
 from .parallel import default_threads, map_threads
 from .tokenizer import WordPieceTokenizer
 
@@ -92,6 +96,15 @@ def _max_length(path: Path, st_cfg: dict, limit: int) -> int:
     return min(n, limit)
 
 
+def _tokenizer(path: Path, model: BertModel, max_length: int) -> WordPieceTokenizer:
+    """DIR/tokenizer.json, cutting texts at ``max_length`` pieces, with no more pieces than the model's table."""
+    tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_length)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"{path / 'tokenizer.json'} has {tokenizer.vocab_size:,} word pieces, more than "
+                         f"the {model.config.vocab_size:,} rows of the model's table (config.json's vocab_size)")
+    return tokenizer
+
+
 def _check_positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -106,8 +119,9 @@ class SentenceEncoder:
     """
 
     def __init__(self, model: BertModel, tokenizer: WordPieceTokenizer, pooling: dict,
-                 normalize: bool, path: Path | None = None) -> None:
-        self.model, self.tokenizer, self.normalize, self.path = model, tokenizer, normalize, path
+                 normalize: bool, path: Path | None = None, plain: bool = False) -> None:
+        """plain: ``path`` is a plain Hugging Face directory, pooled by default (said by ``describe_pooling``)."""
+        self.model, self.tokenizer, self.normalize, self.path, self.plain = model, tokenizer, normalize, path, plain
         flags = {k: v for k, v in pooling.items() if k.startswith("pooling_mode_")}
         if not all(isinstance(v, bool) for v in flags.values()):
             raise ValueError(f"pooling modes must be true or false, got {flags}")
@@ -125,12 +139,16 @@ class SentenceEncoder:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "SentenceEncoder":
-        """From a sentence-transformers directory; None means all-MiniLM-L6-v2."""
+        """From a sentence-transformers directory, or a plain Hugging Face one (config.json with a
+        model_type, no modules.json: mean pooling, not normalised); None means all-MiniLM-L6-v2."""
         path = default_model_dir() if path is None else Path(path)
         if not path.exists():
             raise FileNotFoundError(f"model directory {path} does not exist")
         if not path.is_dir():
             raise NotADirectoryError(f"model path {path} is not a directory")
+        if not (path / "modules.json").is_file() and model_type(path) is not None:
+            return cls._load_plain(path)
+        safetensors_file(path)                                         # pytorch_model.bin alone: how to convert it
         for name, what in _NEEDED_FILES.items():                      # all named before the weights load
             if not (path / name).is_file():
                 raise FileNotFoundError(f"model directory {path} has no {name} ({what})")
@@ -138,12 +156,32 @@ class SentenceEncoder:
         pool_file, pooling, normalize = _read_modules(path)
         model = load_bert(path)
         max_len = _max_length(path / "sentence_bert_config.json", st_cfg, model.config.max_position_embeddings)
-        tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_len)
-        if tokenizer.vocab_size > model.config.vocab_size:
-            raise ValueError(f"{path / 'tokenizer.json'} has {tokenizer.vocab_size:,} word pieces, more than "
-                             f"the {model.config.vocab_size:,} rows of the model's table (config.json's vocab_size)")
+        tokenizer = _tokenizer(path, model, max_len)
         with reading(pool_file):                                       # its pooling modes are checked there
             return cls(model, tokenizer, pooling, normalize, path)
+
+    @classmethod
+    def _load_plain(cls, path: Path) -> "SentenceEncoder":
+        """A plain Hugging Face directory: mean pooling over the pieces, no normalisation, as
+        sentence-transformers pools a model that has no modules.json."""
+        safetensors_file(path)
+        if not (path / "tokenizer.json").is_file():
+            raise FileNotFoundError(f"model directory {path} has no tokenizer.json (the tokenizer; npformer "
+                                    "reads no vocab.txt or other tokenizer files)")
+        model = load_bert(path)
+        return cls(model, _tokenizer(path, model, model.config.max_position_embeddings),
+                   {"pooling_mode_mean_tokens": True}, False, path, plain=True)
+
+    def describe_pooling(self, normalize: bool | None = None) -> str:
+        """How ``encode(..., normalize=normalize)`` pools, in words, e.g. for the command line's note on a
+        plain directory; normalize None: as the directory says."""
+        normalize = self.normalize if normalize is None else bool(normalize)
+        modes = {"cls_token": "the [CLS] piece", "max_tokens": "the maximum over pieces",
+                 "mean_tokens": "mean over pieces", "mean_sqrt_len_tokens": "the sum over pieces / sqrt(count)"}
+        where = (f"a plain Hugging Face {self.model.config.model_type} directory" if self.plain
+                 else "as the directory's modules.json says")
+        return (f"{' and '.join(modes[m] for m in self.pool_modes)}, "
+                f"{'normalised' if normalize else 'not normalised'} ({where})")
 
     # -- encoding ----------------------------------------------------------------------------
     @staticmethod

@@ -52,6 +52,11 @@ class WordPieceTokenizer:
         """The word pieces of each text as strings, [CLS] ... [SEP], cut as ``encode`` cuts them."""
         return [list(e.tokens) for e in self._tok.encode_batch(list(texts))]
 
+    def spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Each piece's (start, end) character offsets in its text, (0, 0) for [CLS] and [SEP], cut as
+        ``encode`` cuts them (what the explorer reports of a truncated text)."""
+        return [[(int(a), int(b)) for a, b in e.offsets] for e in self._tok.encode_batch(list(texts))]
+
     def pad(self, seqs: list[np.ndarray]):
         """Right-pad to the longest: (ids (B, T) int64, mask (B, T) bool, True = real token)."""
         lengths = np.array([len(s) for s in seqs])                         # (B,)

@@ -176,7 +176,9 @@
     if (g._w[key]) return g._w[key];
     const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
     let W;
-    if (g.q) {
+    if (g.derived) {
+      W = g.derived(l, h);                      // a view of another group (words, padding hidden): units.js
+    } else if (g.q) {
       const q = arr(g, "q").data, k = arr(g, "k").data;
       const mask = arr(g, "mask"), bias = arr(g, "bias");
       const D = arr(g, "q").shape[3], H = g.n_heads, scale = g.scale;
@@ -224,7 +226,20 @@
     // the step view's edits: a scale choice, q's factor alpha, and mask rows keyed "input,group,query"
     edit: { scale: "model", alpha: 1, masks: {} },
     imageSource: "attention", stretch: false, trainStep: 0, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
+    // the head view's filter by token kind ({query, key}, from the blocks view), null: every token
+    kindFilter: null,
   };
+
+  // What the scripts after this one plug in (each optional): viewGroup(g) -> the group the head, model,
+  // matrix and statistics views read (words merged, padding hidden: units.js); wrapContext(ctx, w, h) -> the
+  // 2D context a view draws with, and newPath() -> its Path2D (svg.js records them for "Export SVG").
+  // onRender: functions called before each view is drawn (to show or hide their own controls).
+  const HOOKS = { viewGroup: null, wrapContext: null, newPath: null, onRender: [] };
+  function newPath() { return HOOKS.newPath ? HOOKS.newPath() : new Path2D(); }
+  // The group as the head, model, matrix and statistics views read it.
+  function viewGroup() { return HOOKS.viewGroup ? HOOKS.viewGroup(group()) : group(); }
+  // A stored layer's real number (--layers keeps some layers only: GROUP.layers names them).
+  function layerName(g, l) { return g && g.layers ? g.layers[l] : l; }
 
   const PALETTE = ["#1f6fb4", "#e4572e", "#2a9d3f", "#8e44ad", "#d4a017", "#17a2b8", "#c2185b", "#6d4c41",
                    "#546e7a", "#7cb342", "#3949ab", "#f06292"];
@@ -285,7 +300,7 @@
     c.style.height = height + "px";
     const ctx = c.getContext("2d");
     ctx.scale(dpr, dpr);
-    c._ctx = ctx;
+    c._ctx = HOOKS.wrapContext ? HOOKS.wrapContext(ctx, width, height) : ctx;
     return c;
   }
 
@@ -321,6 +336,7 @@
   function fillGroupControls() {
     const g = group();
     S.hover = null;
+    S.kindFilter = null;
     S.layer = Math.min(S.layer, g.n_layers - 1);
     S.query = Math.min(S.query, g.query_tokens.length - 1);
     S.heads = new Set([...S.heads].filter((h) => h < g.n_heads));
@@ -329,7 +345,7 @@
     S.selected = new Set([...S.selected].filter((i) => i < g.query_tokens.length));
     const layers = $("layer-select");
     layers.textContent = "";
-    for (let l = 0; l < g.n_layers; l++) option(layers, l, String(l));
+    for (let l = 0; l < g.n_layers; l++) option(layers, l, String(layerName(g, l)));
     layers.value = S.layer;
     const queries = $("query-select");
     queries.textContent = "";
@@ -400,6 +416,7 @@
   }
 
   function render() {
+    for (const f of HOOKS.onRender) f();
     updateTabs();
     const section = $("view-" + S.view);
     section.textContent = "";
@@ -417,7 +434,7 @@
   // keeps 512 tokens quick. Hover a token to see only its lines; click query tokens to select them
   // and see their attention summed.
   function headView(section) {
-    const g = group();
+    const g = viewGroup();
     const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
     const heads = [...S.heads].sort((a, b) => a - b);
     const T = Math.max(Tq, Tk);
@@ -426,11 +443,22 @@
     const labelW = 150, gap = 240, barW = 70, top = 24;
     const width = labelW * 2 + gap + barW, height = top + T * rowH + 8;
     section.appendChild(el("p", { class: "hint", text:
-      "Layer " + S.layer + " of " + g.name + ". Each line joins a query token (left) to a key token (right); " +
+      "Layer " + layerName(g, S.layer) + " of " + g.name + ". Each line joins a query token (left) to a key token (right); " +
       "its opacity is the attention weight, its colour the head. Lines under " + S.threshold + " are hidden. " +
       "Hover a token to isolate it; click query tokens to select them and sum their attention (the bars on the right, " +
       "averaged over the chosen heads). By keyboard: focus the drawing, then the arrow keys move between tokens " +
       "(left: queries, right: keys), Enter or Space selects a query token, Escape lets go." }));
+    // the blocks view's filter: only query tokens of one kind and key tokens of one kind
+    const kinds = g.token_kinds || { query: [], key: [] };
+    const filter = S.kindFilter;
+    const qShown = (i) => !filter || kinds.query[i] === filter.query;
+    const kShown = (j) => !filter || kinds.key[j] === filter.key;
+    if (filter) {
+      const clear = el("button", { type: "button", id: "kind-filter-clear", text: "show every token" });
+      clear.addEventListener("click", () => { S.kindFilter = null; render(); });
+      section.appendChild(el("p", { class: "hint", id: "kind-filter" }, [
+        "Only " + filter.query + " queries reading " + filter.key + " keys are drawn. ", clear]));
+    }
     const box = el("div", { class: "scroll" });
     const c = makeCanvas(width, height);
     c.id = "head-canvas";
@@ -482,14 +510,15 @@
       heads.forEach((h, n) => {
         const W = Ws[n];
         const paths = [];
-        for (let b = 0; b < LEVELS; b++) paths.push(new Path2D());
+        for (let b = 0; b < LEVELS; b++) paths.push(newPath());
         const iList = rows || Array.from({ length: Tq }, (_, i) => i);
         for (const i of iList) {
+          if (!qShown(i)) continue;
           const y0 = yOf(i);
           const j0 = onlyKey >= 0 ? onlyKey : 0, j1 = onlyKey >= 0 ? onlyKey + 1 : Tk;
           for (let j = j0; j < j1; j++) {
             const w = W[i * Tk + j];
-            if (w < S.threshold || w <= 0) continue;
+            if (w < S.threshold || w <= 0 || !kShown(j)) continue;
             const b = Math.min(LEVELS - 1, Math.floor(w * LEVELS));
             paths[b].moveTo(xL, y0);
             paths[b].lineTo(xR, yOf(j));
@@ -595,8 +624,8 @@
     c.addEventListener("blur", () => { if (S.hover) { S.hover = null; draw(); announce(null); } });
     draw();
     // the numbers of this view (the chosen heads' weights), made when exported
-    return () => ({ view: "head", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
-             key_tokens: g.key_tokens, threshold: S.threshold, selected: [...S.selected],
+    return () => ({ view: "head", group: g.name, layer: layerName(g, S.layer), heads: heads, query_tokens: g.query_tokens,
+             key_tokens: g.key_tokens, threshold: S.threshold, selected: [...S.selected], kind_filter: filter,
              weights: Object.fromEntries(heads.map((h, n) => [h, rowsOf(Ws[n], Tq, Tk)])) });
   }
 
@@ -625,8 +654,18 @@
     return img;
   }
 
-  // Draw a (rows, cols) map into a square of `size` CSS pixels.
+  // Draw a (rows, cols) map into a square of `size` CSS pixels: a small map cell by cell (so an SVG export
+  // keeps it as vector rectangles), a large one as an image averaged down to the screen's pixels.
   function drawMap(ctx, W, rows, cols, x, y, size, norm) {
+    if (rows * cols <= 1024) {
+      const cw = size / cols, ch = size / rows;
+      for (let i = 0; i < rows; i++) for (let j = 0; j < cols; j++) {
+        const [r, g, b] = heat(W[i * cols + j] / norm);
+        ctx.fillStyle = "rgb(" + r + "," + g + "," + b + ")";
+        ctx.fillRect(x + j * cw, y + i * ch, cw, ch);
+      }
+      return;
+    }
     const dpr = window.devicePixelRatio || 1;
     const img = mapImage(ctx, W, rows, cols, x, y, Math.round(size * dpr), norm);
     const tmp = document.createElement("canvas");
@@ -640,7 +679,7 @@
 
   // A grid of small heatmaps, layers in rows and heads in columns, labelled "L0.." and "H0..";
   // mapOf(l, h) gives one (Tq x Tk) map, each drawn scaled to its own largest weight.
-  function drawHeadGrid(ctx, L, H, Tq, Tk, mapOf, cell, pad, left, top) {
+  function drawHeadGrid(ctx, L, H, Tq, Tk, mapOf, cell, pad, left, top, names) {
     const width = left + H * (cell + pad), height = top + L * (cell + pad);
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, width, height);
@@ -649,7 +688,7 @@
     for (let h = 0; h < H; h++) ctx.fillText("H" + h, left + h * (cell + pad) + cell / 2 - 8, 14);
     for (let l = 0; l < L; l++) {
       ctx.fillStyle = "#5f6b76";
-      ctx.fillText("L" + l, 4, top + l * (cell + pad) + cell / 2 + 4);
+      ctx.fillText("L" + (names ? names[l] : l), 4, top + l * (cell + pad) + cell / 2 + 4);
       for (let h = 0; h < H; h++) {
         const M = mapOf(l, h);
         drawMap(ctx, M, Tq, Tk, left + h * (cell + pad), top + l * (cell + pad), cell, Math.max(maxOf(M), 1e-12));
@@ -659,7 +698,7 @@
 
   // 4.2 Model view: every layer x head as a small heatmap (rows: queries, columns: keys).
   function modelView(section) {
-    const g = group();
+    const g = viewGroup();
     const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
     const L = g.n_layers, H = g.n_heads;
     const cell = Math.max(48, Math.min(96, Math.floor(1000 / H) - 8)), pad = 8, left = 36, top = 22;
@@ -675,7 +714,7 @@
     const at = { l: S.layer, h: S.heads.size ? Math.min(...S.heads) : 0 };   // the keyboard's square
     let focused = false;
     function paint() {
-      drawHeadGrid(ctx, L, H, Tq, Tk, (l, h) => headWeights(g, l, h), cell, pad, left, top);
+      drawHeadGrid(ctx, L, H, Tq, Tk, (l, h) => headWeights(g, l, h), cell, pad, left, top, g.layers);
       for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
         if (l === S.layer && S.heads.has(h)) {                     // the heads the head view shows
           ctx.strokeStyle = headColour(h);
@@ -690,7 +729,7 @@
         ctx.strokeRect(left + at.h * (cell + pad) - 4, top + at.l * (cell + pad) - 4, cell + 8, cell + 8);
         ctx.setLineDash([]);
       }
-      said.textContent = focused ? "layer " + at.l + ", head " + at.h : "";
+      said.textContent = focused ? "layer " + layerName(g, at.l) + ", head " + at.h : "";
     }
     paint();
     c.addEventListener("focus", () => { focused = true; paint(); });
@@ -785,7 +824,7 @@
     pick.value = h;
     pick.addEventListener("change", () => { S.focusHead = +pick.value; render(); });
     section.appendChild(el("p", { class: "hint" }, [
-      "Layer " + l + ", ", pick, ", query token " + i + " \u201c" + g.query_tokens[i] + "\u201d of " + g.name +
+      "Layer " + layerName(g, l) + ", ", pick, ", query token " + i + " \u201c" + g.query_tokens[i] + "\u201d of " + g.name +
       ". Every number is recomputed here in float64 from the model's stored float32 q, k and v, " +
       "as npformer's attention_forward computes it."]));
 
@@ -983,7 +1022,7 @@
       el("p", { class: "hint", text: "The heads' outputs are concatenated side by side (" + H + " \u00d7 " + Dv + " = " + H * Dv +
         " numbers) and then mixed by out_proj; head " + h + " owns this slice:" }),
       vector("step-slice", Array.from(row.out), model.out, "out[" + h * Dv + "+d]")]);
-    return () => ({ view: "step", group: g.name, layer: l, head: h, query: i, query_token: g.query_tokens[i],
+    return () => ({ view: "step", group: g.name, layer: layerName(g, l), head: h, query: i, query_token: g.query_tokens[i],
                     scale: scale, model_scale: g.scale, alpha: S.edit.alpha, mask_edited: !!edited,
                     key_tokens: g.key_tokens, q: Array.from(row.q),
                     k: rowsOf(k.data.subarray(kBase, kBase + Tk * D), Tk, D),
@@ -1094,12 +1133,12 @@
     const R = arr(g, "rollout");
     const rl = R ? (S.rolloutLayer < 0 ? R.shape[0] - 1 : Math.min(S.rolloutLayer, R.shape[0] - 1)) : 0;
     const lp = el("select", { id: "rollout-layer" });
-    if (R) for (let l = 0; l < R.shape[0]; l++) option(lp, l, "through layer " + l);
+    if (R) for (let l = 0; l < R.shape[0]; l++) option(lp, l, "through layer " + layerName(g, l));
     lp.value = rl;
     lp.addEventListener("change", () => { S.rolloutLayer = +lp.value; render(); });
     section.appendChild(el("p", { class: "hint" }, [
       "Target ", targetPicker(), (t && t.detail ? " (" + t.detail + ")" : "") + ", read at " + rowName(g, i) +
-      " of " + g.name + ". Raw attention: layer " + S.layer +
+      " of " + g.name + ". Raw attention: layer " + layerName(g, S.layer) +
       ", mean of heads " + heads.join(",") + ". Rollout (Abnar & Zuidema 2020): the layers' head-averaged attention " +
       "plus the residual, multiplied through ", lp, ". Relevance (Chefer, Gur & Wolf 2021): the gradient of the " +
       "target with respect to each attention map times the map, positive part, averaged over heads, propagated " +
@@ -1145,7 +1184,7 @@
     }
     if (c) S.canvas = c;
     section.appendChild(row);
-    return { view: "explain", group: g.name, target: t ? t.name : null, query: i, layer: S.layer, heads: heads,
+    return { view: "explain", group: g.name, target: t ? t.name : null, query: i, layer: layerName(g, S.layer), heads: heads,
              rollout_layer: rl, key_tokens: g.key_tokens, raw: Array.from(raw), rollout: roll && Array.from(roll),
              relevance: rel && Array.from(rel) };
   }
@@ -1213,7 +1252,7 @@
     const i = S.imageSource === "attention" ? S.query : targetRow(g);
     const heads = [...S.heads].sort((a, b) => a - b);
     const srcPick = el("select", { id: "image-source" });
-    option(srcPick, "attention", "attention (layer " + S.layer + ", chosen heads' mean)");
+    option(srcPick, "attention", "attention (layer " + layerName(g, S.layer) + ", chosen heads' mean)");
     if (g.rollout) option(srcPick, "rollout", "rollout");
     if (g.relevance) option(srcPick, "relevance", "relevance");
     srcPick.value = S.imageSource;
@@ -1229,7 +1268,7 @@
     const ctx = c._ctx;
     ctx.fillStyle = "#fff";
     ctx.fillRect(0, 0, 340, 340);
-    if (values) drawOverlay(ctx, inp.image, g, values, 10, 24, 310, g.name + ", layer " + S.layer);
+    if (values) drawOverlay(ctx, inp.image, g, values, 10, 24, 310, g.name + ", layer " + layerName(g, S.layer));
     S.canvas = c;
     // the non-patch key tokens (words, actions, specials) with their values
     const words = [];
@@ -1251,7 +1290,7 @@
   // 4.6 Matrix view: one head's (or the chosen heads' mean) attention as a query x key matrix; for
   // the decoder's cross-attention this is the alignment, one row per output token written.
   function matrixView(section) {
-    const g = group();
+    const g = viewGroup();
     const Tq = g.query_tokens.length, Tk = g.key_tokens.length;
     const heads = [...S.heads].sort((a, b) => a - b);
     const M = new Float32Array(Tq * Tk);
@@ -1292,11 +1331,11 @@
     });
     const cross = /cross/.test(g.name);
     section.appendChild(el("p", { class: "hint", text: (cross ? "Alignment: each row is an output token written, each column a source token; " : "") +
-      "layer " + S.layer + ", mean of heads " + heads.join(",") + ". Darker is more weight (scaled to 1)." }));
+      "layer " + layerName(g, S.layer) + ", mean of heads " + heads.join(",") + ". Darker is more weight (scaled to 1)." }));
     section.appendChild(readout);
     section.appendChild(el("div", { class: "scroll" }, [c]));
     S.canvas = c;
-    return () => ({ view: "matrix", group: g.name, layer: S.layer, heads: heads, query_tokens: g.query_tokens,
+    return () => ({ view: "matrix", group: g.name, layer: layerName(g, S.layer), heads: heads, query_tokens: g.query_tokens,
                     key_tokens: g.key_tokens, weights: rowsOf(M, Tq, Tk) });
   }
 
@@ -1335,7 +1374,7 @@
     function draw() {
       const s = S.trainStep;
       label.textContent = "step " + tr.steps[s];
-      drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => mapAt(s, l, h), cell, pad, left, top);
+      drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => mapAt(s, l, h), cell, pad, left, top, tr.layers);
     }
     slider.addEventListener("input", () => { S.trainStep = +slider.value; draw(); });
     draw();
@@ -1347,7 +1386,7 @@
   // 4.8 Head statistics: entropy, mean attended distance, weight on the first token; sortable,
   // each row opens that head.
   function statsView(section) {
-    const g = group();
+    const g = viewGroup();
     const st = g.stats;
     const cols = [["layer", "layer"], ["head", "head"], ["entropy", "entropy (nats)"], ["distance", "mean distance"], ["first", "first-token weight"]];
     const rows = [];
@@ -1370,7 +1409,7 @@
     const body = el("tbody");
     for (const r of rows) {
       const tr = el("tr", { "data-layer": r.layer, "data-head": r.head });
-      tr.appendChild(el("td", { text: String(r.layer) }));
+      tr.appendChild(el("td", { text: String(layerName(g, r.layer)) }));
       const hc = el("td", { text: String(r.head) });
       hc.style.borderLeft = "4px solid " + headColour(r.head);
       tr.appendChild(hc);
@@ -1525,6 +1564,9 @@
     parts.push("input \u201c" + shortToken(inp.label, 120) + "\u201d \u2192 \u201c" + shortToken(inp.output, 120) + "\u201d");
     if (inp.meta) for (const k in inp.meta) parts.push(k + " " + inp.meta[k]);
     $("summary").textContent = parts.join(" \u00b7 ");
+    // a text the tokenizer cut to the model's limit says so (INPUT.truncated)
+    $("truncated").textContent = inp.truncated ? "Note: this input was " + inp.truncated.note + "." : "";
+    $("truncated").hidden = !inp.truncated;
     $("notes").textContent = (p.notes || []).join(" \u00b7 ");
     document.title = p.title;
     $("title").textContent = p.title;
@@ -1534,7 +1576,7 @@
     if (payload.version !== 1) throw new Error("payload version " + payload.version + ", this page reads version 1");
     S.payload = payload;
     S.input = 0; S.group = 0; S.layer = 0; S.query = 0; S.target = 0; S.rolloutLayer = -1;
-    S.selected = new Set(); S.hover = null;
+    S.selected = new Set(); S.hover = null; S.kindFilter = null;
     S.edit = { scale: "model", alpha: 1, masks: {} };
     S.heads = new Set();
     for (let h = 0; h < input().groups[0].n_heads; h++) S.heads.add(h);
@@ -1578,6 +1620,8 @@
   }
   // what the scripts after this one may use (they run before start() finishes: it awaits the payload)
   window.npformerPage = { S: S, addView: addView, render: render, setView: setView, openHead: openHead,
+                          hooks: HOOKS, viewGroup: viewGroup, layerName: layerName, maxOf: maxOf, rowsOf: rowsOf,
+                          option: option, fillGroupControls: fillGroupControls, syncHeadBoxes: syncHeadBoxes,
                           input: input, group: group, el: el, makeCanvas: makeCanvas, keyboardCanvas: keyboardCanvas,
                           fmt: fmt, numCell: numCell, heat: heat, headColour: headColour, headWeights: headWeights,
                           shortToken: shortToken, decodeArray: decodeArray, arr: arr, download: download,

@@ -43,6 +43,15 @@
     return labels && labels[id] !== undefined ? "\u201c" + labels[id] + "\u201d" : String(id);
   }
 
+  // open a head in the head view; a --layers page holds only some layers' maps (GROUP.layers: their real
+  // numbers), while the knock-outs cover every layer
+  function openHead(r, said) {
+    const g = P.group();
+    const at = g.layers ? g.layers.indexOf(r.l) : r.l;
+    if (at < 0) { said.textContent = "layer " + r.l + "'s maps are not in this page (it was written with --layers)"; return; }
+    P.openHead(at, r.h, "head");
+  }
+
   function headName(r) { return "L" + r.l + "\u00b7H" + r.h; }
 
   // The sentence: every word chosen from the numbers it describes.
@@ -127,8 +136,8 @@
           if (k2 === "decision") tr.appendChild(el("td", { class: "decision", "data-value": r.decision, text: (r.flip ? "\u2192 " : "") + decisionName(r.decision) }));
           else tr.appendChild(P.numCell("td", r[k2], k2));
         }
-        tr.addEventListener("click", () => P.openHead(r.l, r.h, "head"));
-        tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); P.openHead(r.l, r.h, "head"); } });
+        tr.addEventListener("click", () => openHead(r, said));
+        tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); openHead(r, said); } });
         body.appendChild(tr);
       }
       tb.appendChild(body);
@@ -177,7 +186,7 @@
     c.addEventListener("keydown", (ev) => {
       const move = { ArrowUp: -1, ArrowDown: 1, ArrowLeft: -1, ArrowRight: 1 }[ev.key];
       if (move) { focus = Math.max(0, Math.min(rows.length - 1, focus + move)); paint(); }
-      else if ((ev.key === "Enter" || ev.key === " ") && focus >= 0) P.openHead(byEffect[focus].l, byEffect[focus].h, "head");
+      else if ((ev.key === "Enter" || ev.key === " ") && focus >= 0) openHead(byEffect[focus], said);
       else return;
       ev.preventDefault();
     });
@@ -187,7 +196,7 @@
       const right = x > colW + gap / 2;
       const hit = rows.filter((r) => Math.floor(right ? r.rankEffect : r.rankAttention) === rank ||
                                      Math.ceil(right ? r.rankEffect : r.rankAttention) === rank);
-      if (hit.length) P.openHead(hit[0].l, hit[0].h, "head");
+      if (hit.length) openHead(hit[0], said);
     });
     P.S.canvas = c;
     section.appendChild(el("div", { class: "row" }, [
