@@ -22,9 +22,10 @@ def main() -> int:
     ap.add_argument("run", metavar="RUN", help="a trained tabletop run")
     ap.add_argument("--out", default=str(ROOT / "docs" / "figures"), metavar="DIR")
     args = ap.parse_args()
+    import numpy as np
     from page_browser import Opened, browser_context
 
-    from npformer.explore.payload import open_explorer
+    from npformer.explore.payload import decode_array, open_explorer
     from npformer.explore.render import render_html
 
     payload = open_explorer(args.run).payload([{"seed": 0, "instruction": None}])
@@ -50,6 +51,10 @@ def main() -> int:
             n_heads = len(page.query_selector_all("#knockout-by-effect tbody tr"))
             print(f"{t['name']} (cell {t['id']}): Spearman rho = {rho:.2f} over {n_heads} heads")
             print(f"  the page: {said}")
+            decision = decode_array(kg["decision"])[..., k]                       # (L, H)
+            for layer, head in zip(*np.nonzero(decision != inp["knockout"]["full"]["decision"][k]), strict=True):
+                print(f"  knocking out layer {layer}'s head {head} moves the {t['name']} "
+                      f"to cell {decision[layer, head]}")
             if t["name"] == "pick":
                 box = page.locator("#view-knockout").bounding_box()
                 page.screenshot(path=str(out / "explore_knockout.png"), full_page=True,
