@@ -49,8 +49,10 @@ lint: install-test
 test: lint
 	$(PY) -m pytest
 
+# the side-by-side benchmarks and the breakdown, about 15 minutes on a quiet 2-core machine (benchmarks/run_all.sh)
+BENCH_OUT ?= runs/bench
 bench: install-test
-	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
+	PYTHON=$(PY) benchmarks/run_all.sh $(BENCH_OUT)
 
 clean:
 	rm -rf $(VENV) runs build dist site src/*.egg-info .mypy_cache

@@ -1,30 +1,44 @@
-"""What every benchmark shares: one thread count for both sides, printed with numpy's BLAS kernel
-and torch's threads; the two sides run alternately after a warm-up; medians and their ratio; and
-parity checks that stop the run with exit status 1 when the two sides did not do the same work.
+"""What every benchmark shares: one thread count for both sides; a header describing the machine
+(cores, L3, numpy's BLAS kernel and threads, torch's threads, the OPENBLAS_* variables, the load
+average at the start and the end); paired timing with the order alternating; and parity checks
+that stop the run with exit status 1 when the sides did not do the same work.
 
 Threads. ``--threads N`` holds numpy's BLAS to N threads through threadpoolctl and calls
 ``torch.set_num_threads(N)`` where torch is a side. The default is one thread per physical core
 this process may run on: torch's own default, and what OpenBLAS (numpy's BLAS, whose own default
 is one thread per logical CPU) reaches on a machine without SMT; matrix products rarely gain from
 a core's SMT sibling. No BLAS environment variable is set here: the limit is threadpoolctl's and
-is printed, and BLAS variables the user set (e.g. OPENBLAS_CORETYPE, which picks the kernel) are
-printed as they are, so that a run on a forced kernel shows it.
+is printed.
 
 Users' kernel. OpenBLAS picks its kernels for the CPU it finds unless OPENBLAS_CORETYPE names
-one; every benchmark's docstring runs it under ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``
-so that the kernel is the one a user's numpy picks.
+one; users' machines set no OPENBLAS_* variable, so every benchmark's docstring runs it under
+``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``, and the header warns loudly when one is set.
+
+Pairs (``paired``). After a warm-up, each round runs one step of every side back to back, the
+order rotated from one round to the next (two sides: A B, B A, A B, ...), so that threads a side
+leaves spinning, warm caches and the machine's drift hit every side alike. Reported: each side's
+median time, the median of the per-round ratios (ours / the other; with more sides, ours / the
+fastest of the others in that round) with its interquartile range, and the median ratio for each
+side running first, so that an order effect shows. The verdict: "faster" only when the upper
+quartile of the ratios is below 1, "slower" only when the lower quartile is above 1, "level"
+otherwise.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 # environment variables that change which BLAS kernel runs or how many threads it uses
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
             "MKL_NUM_THREADS", "GOTO_NUM_THREADS")
 
+MIN_PAIRS = 15      # a claim rests on at least this many pairs after the warm-up
 _held = []          # the threadpoolctl limits, kept alive (and in force) for the life of the process
 
 
@@ -88,27 +102,156 @@ def blas_lines() -> list[str]:
     return lines
 
 
-def print_setup(torch=None) -> None:
-    """Print the machine, the BLAS kernels and threads, and torch's threads where torch is a side."""
+def logical_cpus() -> int:
+    """Logical CPUs of the machine (all of them, not only those this process may use)."""
+    return os.cpu_count() or len(usable_cpus())
+
+
+def machine_physical_cores() -> int | None:
+    """Physical cores of the whole machine (SMT siblings once), from sysfs; None where unreadable."""
+    cores = set()
+    for c in range(logical_cpus()):
+        topo = f"/sys/devices/system/cpu/cpu{c}/topology"
+        try:
+            with open(f"{topo}/physical_package_id") as f, open(f"{topo}/core_id") as g:
+                cores.add((f.read().strip(), g.read().strip()))
+        except OSError:
+            return None
+    return len(cores) or None
+
+
+def _l3_sysfs() -> tuple[str, str] | None:
+    """(size as sysfs writes it, e.g. "32768K"; the CPUs sharing it) of cpu0's level-3 cache."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            if not entry.startswith("index"):
+                continue
+            with open(f"{base}/{entry}/level") as f:
+                if f.read().strip() != "3":
+                    continue
+            with open(f"{base}/{entry}/size") as f:
+                size = f.read().strip()
+            try:
+                with open(f"{base}/{entry}/shared_cpu_list") as f:
+                    return size, f.read().strip()
+            except OSError:
+                return size, "?"
+    except OSError:
+        pass
+    return None
+
+
+def l3_bytes() -> int | None:
+    """cpu0's L3 in bytes, from sysfs; None where unknown."""
+    found = _l3_sysfs()
+    if not found:
+        return None
+    size = found[0].upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+    digits = size.rstrip("KMG")
+    return int(digits) * scale if digits.isdigit() else None
+
+
+def l3_size() -> str:
+    """The L3 cache as Linux reports it: sysfs's cpu0 cache of level 3, else lscpu's "L3 cache" line."""
+    found, n = _l3_sysfs(), l3_bytes()
+    if found:
+        size = f"{n / (1 << 20):.0f} MiB" if n else found[0]
+        return f"{size} (shared by CPUs {found[1]})"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    for line in out.splitlines():
+        if line.startswith("L3 cache:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "unknown CPU"
+
+
+def blas_env_set() -> dict:
+    """The OPENBLAS_* variables and the BLAS thread variables that are set in this process."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("OPENBLAS_") or k in BLAS_ENV}
+
+
+def load_text() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_block(torch=None, load_start: str | None = None, load_end: str | None = None) -> list[str]:
+    """The machine header, a few lines to paste into the docs: cores, L3, numpy's BLAS kernel and
+    threads, torch's threads, the BLAS variables set, and the load average (1, 5, 15 minutes)."""
     import numpy as np
 
-    env = {k: os.environ[k] for k in BLAS_ENV if k in os.environ}
-    print(f"python {sys.version.split()[0]}, numpy {np.__version__}; {len(usable_cpus())} usable CPUs, "
-          f"{physical_cores()} physical cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for line in blas_lines():
-        print(line)
-    print("BLAS environment: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none set"))
+    phys = machine_physical_cores()
+    usable = len(usable_cpus())
+    lines = [f"machine: {cpu_model()}; {phys if phys else '?'} physical cores, {logical_cpus()} logical CPUs"
+             + ("" if usable == logical_cpus() else f" ({usable} usable by this process)") + f"; L3 {l3_size()}",
+             f"python {sys.version.split()[0]}, numpy {np.__version__}"]
+    lines += blas_lines()
+    torch = torch if torch is not None else sys.modules.get("torch")
     if torch is not None:
         cap = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "?"
-        print(f"torch {torch.__version__}: {torch.get_num_threads()} thread(s) (torch.get_num_threads()), "
-              f"{torch.get_num_interop_threads()} inter-op, CPU capability {cap}, MKL "
-              f"{'yes' if torch.backends.mkl.is_available() else 'no'}")
+        lines.append(f"torch {torch.__version__}: {torch.get_num_threads()} thread(s), "
+                     f"{torch.get_num_interop_threads()} inter-op, CPU capability {cap}")
+    env = blas_env_set()
+    forced = any(k.startswith("OPENBLAS_") for k in env)
+    lines.append("BLAS variables: " + (", ".join(f"{k}={v}" for k, v in env.items()) or
+                                       "none set (OPENBLAS_*, OMP/MKL/GOTO_NUM_THREADS), as on users' machines")
+                 + (" -- WARNING: users' machines set no OPENBLAS_* variable" if forced else ""))
+    load = f"load average (1, 5, 15 min): {load_start or load_text()} at the start"
+    lines.append(load + (f", {load_end} at the end" if load_end is not None else ""))
+    return lines
+
+
+_setup: dict = {}
+
+
+def print_setup(torch=None) -> None:
+    """Print the machine header now (load average at the start), and again when the process ends
+    with the load average at the end, as one block to paste into the docs. Warn loudly, on stdout
+    and stderr, when an OPENBLAS_* variable is set: users' machines don't set them."""
+    _setup["torch"] = torch
+    if "load" not in _setup:
+        _setup["load"] = load_text()
+        atexit.register(_print_setup_end)
+    print("== machine ==", *machine_block(torch, _setup["load"]), "==", sep="\n", flush=True)
+    forced = {k: v for k, v in blas_env_set().items() if k.startswith("OPENBLAS_")}
+    if forced:
+        msg = (f"WARNING: {', '.join(f'{k}={v}' for k, v in forced.items())} is set: users' machines don't set "
+               "OPENBLAS_* variables, so these timings are not what users get. Rerun under "
+               "env -u " + " -u ".join(forced))
+        print("!" * 100, msg, "!" * 100, sep="\n", flush=True)
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _print_setup_end() -> None:
+    try:
+        lines = machine_block(_setup.get("torch"), _setup.get("load"), load_text())
+    except Exception as e:      # the interpreter is going down; the header must not hide the run's own error
+        lines = [f"(machine header unavailable at exit: {e})"]
+    print("\n== machine, for the docs (load at the start and the end of the run) ==", *lines, "==",
+          sep="\n", flush=True)
 
 
 def alternate(sides: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
     """Run each side ``warmup`` times untimed, then ``repeats`` rounds of A, B, A, B, ... so that
     load from other programs hits all sides alike. sides: name -> function of no arguments.
-    Returns ({name: [seconds per round]}, {name: what its last call returned})."""
+    Returns ({name: [seconds per round]}, {name: what its last call returned}). The order stays the
+    same in every round: bench_long_attention's in-process times use it; a comparison that is quoted
+    uses ``paired``, which rotates the order."""
     if repeats < 1:
         raise SystemExit(f"need at least one timed round, got {repeats}")
     out = {}
@@ -122,6 +265,131 @@ def alternate(sides: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
             out[name] = fn()
             times[name].append(time.perf_counter() - t0)
     return times, out
+
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """(lower quartile, median, upper quartile), linear interpolation between order statistics
+    (numpy.percentile's default): [1, 2, 3, 4, 5] -> (2, 3, 4)."""
+    if not xs:
+        raise ValueError("quartiles of no values")
+    v = sorted(xs)
+
+    def at(p):
+        pos = p * (len(v) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(v) - 1)
+        return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+    return at(0.25), at(0.5), at(0.75)
+
+
+def verdict(ratios: list[float]) -> str:
+    """'faster' when the upper quartile of the ratios (ours / other) is below 1, 'slower' when the
+    lower quartile is above 1, 'level' otherwise."""
+    q1, _, q3 = quartiles(ratios)
+    return "faster" if q3 < 1.0 else "slower" if q1 > 1.0 else "level"
+
+
+@dataclass
+class Paired:
+    """What ``paired`` measured. times: side -> seconds per round; first: who ran first in each
+    round; orders: each round's order; out: what each side's last call returned."""
+    names: tuple[str, ...]
+    ours: str
+    times: dict = field(default_factory=dict)
+    first: list = field(default_factory=list)
+    orders: list = field(default_factory=list)
+    out: dict = field(default_factory=dict)
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if n != self.ours)
+
+    @property
+    def ratios(self) -> list[float]:
+        """Per round: ours / the fastest of the others in that round."""
+        return [self.times[self.ours][i] / min(self.times[o][i] for o in self.others)
+                for i in range(len(self.first))]
+
+    def medians(self) -> dict:
+        return {k: statistics.median(v) for k, v in self.times.items()}
+
+    def by_first(self) -> dict:
+        """Side running first -> the median ratio over the rounds it ran first, and how many."""
+        r = self.ratios
+        out = {}
+        for name in self.names:
+            mine = [x for x, f in zip(r, self.first, strict=True) if f == name]
+            if mine:
+                out[name] = (statistics.median(mine), len(mine))
+        return out
+
+    def summary(self) -> dict:
+        q1, med, q3 = quartiles(self.ratios)
+        return {"median": med, "q1": q1, "q3": q3, "verdict": verdict(self.ratios), "pairs": len(self.first),
+                "by_first": self.by_first(), "medians": self.medians()}
+
+
+def paired(sides: dict, pairs: int = 15, warmup: int = 2, ours: str | None = None,
+           each: Callable[[int, dict], None] | None = None, timer: Callable[[], float] = time.perf_counter) -> Paired:
+    """Time ``sides`` (name -> function of no arguments) in rounds: ``warmup`` untimed rounds, then
+    ``pairs`` timed ones; every round runs each side once, back to back, in an order rotated by one
+    from the round before (two sides: A B, B A, A B, ...; three: A B C, B C A, C A B, ...). The
+    warm-up rotates too. ``each(round, outputs)``, when given, sees every timed round's outputs (a
+    parity check). ours: the side whose ratios are taken (default: the first)."""
+    names = tuple(sides)
+    if len(names) < 2:
+        raise ValueError(f"paired timing needs at least two sides, got {list(names)}")
+    if pairs < 1:
+        raise SystemExit(f"--pairs must be >= 1, got {pairs}")
+    if warmup < 0:
+        raise SystemExit(f"--warmup must be >= 0, got {warmup}")
+    ours = names[0] if ours is None else ours
+    if ours not in sides:
+        raise ValueError(f"ours must name a side, one of {list(names)}; got {ours!r}")
+    res = Paired(names, ours, {k: [] for k in names})
+    for r in range(warmup + pairs):
+        order = names[r % len(names):] + names[:r % len(names)]
+        out = {}
+        for name in order:
+            t0 = timer()
+            out[name] = sides[name]()
+            dt = timer() - t0
+            if r >= warmup:
+                res.times[name].append(dt)
+        res.out = out
+        if r >= warmup:
+            res.first.append(order[0])
+            res.orders.append(order)
+            if each is not None:
+                each(r - warmup, out)
+    return res
+
+
+def print_paired(res: Paired, unit: str = "ms", width: int = 24, what: str | None = None) -> dict:
+    """Each side's median (and the range of its rounds), the median per-round ratio with its IQR,
+    the median ratio by which side ran first, and the verdict. Returns ``res.summary()``."""
+    scale = {"s": 1.0, "ms": 1e3}[unit]
+    s = res.summary()
+    for k, v in res.times.items():
+        q1, med, q3 = quartiles(v)
+        print(f"  {k:<{width}} median {med * scale:9.2f} {unit}  (IQR {q1 * scale:.2f}-{q3 * scale:.2f}, "
+              f"range {min(v) * scale:.2f}-{max(v) * scale:.2f})")
+    other = what or (res.others[0] if len(res.others) == 1 else "the faster of " + " and ".join(res.others))
+    print(f"  ratio {res.ours} / {other}, per pair: median {s['median']:.3f} (IQR {s['q1']:.3f}-{s['q3']:.3f}), "
+          f"{s['pairs']} pairs, order rotated each round")
+    print("    by the side that ran first: " + "; ".join(
+        f"{k} first {m:.3f} ({n} pair{'' if n == 1 else 's'})" for k, (m, n) in s["by_first"].items()))
+    rule = {"faster": f"upper quartile {s['q3']:.3f} < 1", "slower": f"lower quartile {s['q1']:.3f} > 1",
+            "level": f"IQR {s['q1']:.3f}-{s['q3']:.3f} holds 1"}[s["verdict"]]
+    few = f"; only {s['pairs']} pairs: a smoke test, not a claim" if s["pairs"] < MIN_PAIRS else ""
+    print(f"  verdict: {res.ours} {s['verdict']} ({rule}{few})", flush=True)
+    return s
+
+
+def add_pairs_args(parser, pairs: int = 15, warmup: int = 2) -> None:
+    parser.add_argument("--pairs", type=int, default=pairs,
+                        help=f"timed pairs after the warm-up, the order rotated each round (default {pairs})")
+    parser.add_argument("--warmup", type=int, default=warmup, help=f"untimed rounds first (default {warmup})")
 
 
 def medians(times: dict) -> dict:
@@ -156,7 +424,7 @@ def check(label: str, diff: float, tol: float) -> None:
         raise SystemExit(1)
 
 
-def sgemm_peak(n: int = 2048, repeats: int = 3, torch=None) -> float:
+def sgemm_peak(n: int = 2048, repeats: int = 5, torch=None) -> float:
     """GFLOP/s of the best of ``repeats`` float32 (n, n) @ (n, n) products (2 n^3 FLOPs each) in
     numpy, or in torch when given the torch module: the machine's practical matrix-product rate
     on the threads set, the yardstick for a benchmark's achieved GFLOP/s. The operands are made

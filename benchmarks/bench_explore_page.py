@@ -27,7 +27,6 @@ No two sides are compared (there is no other implementation to race), so no pari
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -178,9 +177,10 @@ def main() -> int:
     args = ap.parse_args()
     from page_browser import CHROMIUM, browser_context
 
+    from _common import print_setup
     from npformer.explore.render import render_html
     print(f"chromium: {subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.strip()}")
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print_setup()                          # the machine header, again with the load at the end when the run ends
     failed = bool(minilm128_page())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
@@ -205,7 +205,6 @@ def main() -> int:
                 for p in problems:
                     print(f"{name}: PROBLEM {p}")
                 failed |= bool(problems)
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 1 if failed else 0
 
 

@@ -2,13 +2,15 @@
 on a float32 array of a million standard-normal elements (like normalised pre-activations).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_gelu.py
-    (options: --n 1000000 --rounds 15 --threads N; a smoke test: --n 100000 --rounds 3)
+    (options: --n 1000000 --pairs 15 --warmup 2 --threads N; a smoke test: --n 100000 --pairs 3)
 
 Three pairs, each npformer against the library a user would otherwise call: erf vs
 scipy.special.erf (float32 in and out), gelu_forward vs torch.nn.functional.gelu, gelu_backward
-vs torch's gelu backward. After one warm-up call each, all six run in turn, round after round,
-so that a busy machine slows them all alike; each line is the median of the rounds, and each
-pair gets the ratio of its medians. --threads (default: one per physical core) sets torch's
+vs torch's gelu backward. Each pair is timed on its own (``_common.paired``): after --warmup
+untimed rounds, --pairs rounds of one call of each back to back, the order swapped from one
+round to the next; each side's median, the median per-round ratio npformer / other with its
+interquartile range, the ratio by which side ran first, and the verdict (faster only when the
+upper quartile is below 1). --threads (default: one per physical core) sets torch's
 threads; numpy's element-wise loops, and so npformer's erf and GELU and scipy's erf, run on one
 core whatever it says, which is what their users get. A full run takes a few seconds.
 
@@ -25,7 +27,7 @@ import argparse
 
 import numpy as np
 
-from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
 
 PAIRS = [("npformer erf", "scipy.special.erf"), ("npformer gelu_forward", "torch gelu"),
          ("npformer gelu_backward", "torch gelu backward")]
@@ -40,7 +42,7 @@ def scaled_diff(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="array length (default 1,000,000)")
-    ap.add_argument("--rounds", type=int, default=15, help="timed rounds per candidate (default 15)")
+    add_pairs_args(ap, pairs=15, warmup=2)
     add_threads_arg(ap)
     args = ap.parse_args()
 
@@ -66,7 +68,8 @@ def main() -> None:
         "npformer gelu_backward": lambda: gelu_backward(dy, cache),
         "torch gelu backward": lambda: torch.ops.aten.gelu_backward(dyt, xt).numpy(),
     }
-    times, got = alternate(sides, args.rounds, warmup=1)
+    results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup) for a, b in PAIRS]
+    got = {k: v for res in results for k, v in res.out.items()}
 
     # -- parity: the same values on both sides of each pair, each within its stated error ---------
     x64 = x.astype(np.float64)                                       # (N,) the same inputs, exactly
@@ -85,11 +88,10 @@ def main() -> None:
     check("npformer gelu backward vs torch's, float32",
           scaled_diff(got["npformer gelu_backward"], got["torch gelu backward"], d64), 2e-6)
 
-    print(f"float32, n = {args.n:,}, {args.rounds} alternating rounds after a warm-up; torch on {threads} "
-          "thread(s), numpy's element-wise loops on one")
-    med = print_times(times)
-    for a, b in PAIRS:
-        print_ratio(med, a, b)
+    print(f"float32, n = {args.n:,}; per pair {args.pairs} rounds, order swapped each round, after {args.warmup} "
+          f"warm-up round(s); torch on {threads} thread(s), numpy's element-wise loops on one")
+    for res in results:
+        print_paired(res)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """KV cache vs recomputing the prefix: greedy generation of 512 tokens with a decoder-only model.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_kvcache.py
-    (options: --tokens 512 --repeats 3 --d-model 256 --layers 4 --threads N;
-     a smoke test: --tokens 48 --repeats 3)
+    (options: --tokens 512 --pairs 15 --d-model 256 --layers 4 --threads N;
+     a smoke test: --tokens 48 --pairs 3)
 
 Without a cache, step t runs the model over all t tokens so far (O(n^2) position-forwards for n
 tokens); with it, step t runs one position and one attention row over the stored keys. Both
 decode greedily from the same one-token prompt and must produce the same tokens (exit status 1
 otherwise, checked on every run). The model has random weights (speed does not depend on what
-it learned). After a warm-up of 8 tokens each, the two run alternately (cached, recomputing,
-cached, ...) --repeats times; the medians and their ratio are reported.
+it learned). After a warm-up of 8 tokens each, --pairs pairs of one run of each, back to back,
+the order swapped from one pair to the next (``_common.paired``); each side's median, the median
+per-pair ratio (cached / recomputing) with its interquartile range, the ratio by which side ran
+first, and the cache's speed-up (the inverse of the median ratio).
 
 Equal tokens alone prove little here: the random model repeats its prompt's token (its tied
 embedding dominates the logits; the number of distinct tokens generated is printed), and would
@@ -21,8 +23,8 @@ numpy's BLAS runs on --threads threads (default: one per physical core, what `np
 gets on a machine without SMT). Threads speed up the recomputing baseline's large products more
 than the cached steps' one-row products. On a shared machine, --threads 1 keeps OpenBLAS's
 spinning worker threads from fighting other programs for the cores (they made the same products
-10x slower there). A full run is --repeats runs of each after an 8-token warm-up: about
---repeats times the sum of the two times that docs/performance.md's table gives for one
+10x slower there). A full run is --pairs runs of each after an 8-token warm-up: about
+--pairs times the sum of the two times that docs/performance.md's table gives for one
 run of each on its machine (no times are quoted here, so that none goes stale).
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ import argparse
 
 import numpy as np
 
-from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from _common import add_threads_arg, check, paired, print_paired, print_setup, set_threads
 from npformer.decode import greedy, make_stepper
 from npformer.models import DecoderLM, DecoderLMConfig
 
@@ -39,7 +41,7 @@ from npformer.models import DecoderLM, DecoderLMConfig
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=512, help="tokens to generate (default 512)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs of each, alternating (default 3)")
+    ap.add_argument("--pairs", type=int, default=15, help="timed pairs, the order swapped each pair (default 15)")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
@@ -68,22 +70,20 @@ def main() -> None:
         greedy(model, prompt, 8, cache=cache)
     sides = {"with KV cache": lambda: greedy(model, prompt, args.tokens, cache=True),
              "recompute": lambda: greedy(model, prompt, args.tokens, cache=False)}
-    # one run at a time, so that the tokens of every run are checked, not only the last
-    times = {k: [] for k in sides}
-    for r in range(args.repeats):
-        t, got = alternate(sides, repeats=1, warmup=0)
-        for k in sides:
-            times[k] += t[k]
+
+    def same_tokens(r, got):
+        """Every pair's tokens are checked, not only the last."""
         same = got["with KV cache"].shape == got["recompute"].shape == (1, args.tokens)
         n_diff = int(np.sum(got["with KV cache"] != got["recompute"])) if same else args.tokens
-        check(f"round {r + 1}: generated tokens that differ (of {args.tokens})", n_diff, 0)
+        check(f"pair {r + 1}: generated tokens that differ (of {args.tokens})", n_diff, 0)
 
-    print(f"{args.tokens} tokens ({len(np.unique(got['with KV cache']))} distinct), {args.repeats} alternating "
-          "runs after a warm-up")
-    med = print_times(times, unit="s")
-    for k, t in med.items():
+    res = paired(sides, args.pairs, warmup=0, each=same_tokens)
+    print(f"{args.tokens} tokens ({len(np.unique(res.out['with KV cache']))} distinct), {args.pairs} pairs, order "
+          "swapped each pair, after an 8-token warm-up")
+    s = print_paired(res, unit="s")
+    for k, t in s["medians"].items():
         print(f"  {k:<24} {args.tokens / t:8.1f} tokens/s (median)")
-    speedup = print_ratio(med, "recompute", "with KV cache")
+    speedup = 1 / s["median"]
     judged = "met" if speedup >= 5 else "NOT MET"
     print(f"speed-up of the cache: {speedup:.1f}x (target >= 5x at 512 tokens: "
           f"{judged if args.tokens == 512 else f'not judged at {args.tokens}'})")

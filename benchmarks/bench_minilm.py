@@ -1,10 +1,11 @@
 """Sentence embeddings, all-MiniLM-L6-v2: npformer vs sentence-transformers vs ONNX Runtime.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_minilm.py
-    (options: --regimes short,mixed,passages --rounds 3 --batch-size 64 --threads N --queries 100
-     --scale 1.0 (corpus sizes x scale); a smoke test: --scale 0.1 --rounds 1 --queries 10)
+    (options: --lengths short,mixed,long --generators words,syllables --pairs 15 --warmup 1
+     --batches 4 --batch-size 64 --queries 20 --threads N; a smoke test: --pairs 3 --batches 1 --queries 3)
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_minilm.py --profile
-                                                    # cProfile of one npformer pass per regime instead
+                                                    # cProfile of one npformer pass per corpus instead
+    ... bench_minilm.py --query-products           # a query's encode time against its products alone
 
 Three engines, one process, the same weights and the same token ids:
 - npformer: ``SentenceEncoder.encode`` with its defaults (it picks its own path and threads);
@@ -15,34 +16,64 @@ Three engines, one process, the same weights and the same token ids:
   does, each batch padded to its longest text, ids from sentence-transformers' own tokenizer.
 Every engine mean-pools the last hidden states over the real tokens and L2-normalises.
 
-Corpora, generated here (three regimes, a fixed seed each), batch 64:
-    short     short queries, 3 to 12 words
-    mixed     3 to 200 words
-    passages  passages of 100 to 180 words
-After a warm-up pass of one batch each, the engines alternate (npformer, sentence-transformers,
-ONNX Runtime) for --rounds rounds over the whole corpus; medians in sentences/s. Latency: --queries
-short queries one at a time (batch 1), in 5 blocks, the engines alternating per block (each
-block after one untimed query: torch's and ONNX Runtime's threads spin a while after a call and
-would slow the next engine); the median ms.
+Corpora, generated here: each length distribution (--lengths) from each generator (--generators),
+a seed each, so that no figure rests on one text:
+    short   short queries          words: 3-12 words, uniform     syllables: 2-16, geometric
+    mixed   queries to passages    words: 3-200, uniform          syllables: 3-250, log-uniform
+    long    passages               words: 100-180, uniform        syllables: 35-85, uniform
+The "words" generator draws from a list of English words (some long and rare, split by WordPiece
+into several pieces), digits and punctuation; "syllables" makes a vocabulary of invented words
+from random syllables (mostly several pieces each), names and numbers.
+
+Batch 64: a corpus of --batches batches, sorted by length and cut into batches as
+sentence-transformers' encode does; each round is one batch (round r: batch r mod --batches) run
+by all three engines back to back, the order rotated from one round to the next (``_common.paired``:
+npformer ST ORT, ST ORT npformer, ORT npformer ST, ...), after --warmup untimed rounds. Reported
+per corpus: each engine's median time per batch and sentences/s, the median per-round ratio
+npformer / the faster of the two others in that round with its interquartile range, the ratio by
+which engine ran first, the verdict, and the products-only floor: the same batch's matrix products
+alone (the model's own weights W^T on the batch's packed rows, and the attention products of each
+text, dealt into pieces on npformer's threads as encode deals them) over the faster other's time
+in that round. A floor above 1 / 1.10 = 0.91 means npformer cannot be 1.10x as fast there even
+with every other operation free.
+
+Batch 1: --queries short queries from each generator, one query per round, the engines rotated;
+the same table, the floor being the query's products alone on one thread (npformer runs a query
+on one thread). Beside it, the bound of a query: the encoder weights' bytes over the memory
+bandwidth measured here (the best of 5 numpy copies of an array 2x the L3, read + write bytes on
+one core), and over the bandwidth of a copy as large as the weights (which may sit in a cache).
 
 Parity (exit status 1 on a miss): npformer's token ids equal sentence-transformers' on every
 corpus, and every embedding of every round within 1e-5 (max abs) of sentence-transformers';
 ONNX Runtime's within 1e-4 (it fuses operations in another order; this checks only that it
-did the same work). The default run takes about four minutes on 2 cores.
+did the same work). The default run should take about six minutes on a quiet 2-core machine
+(an estimate from the per-batch times of earlier runs; a busy machine takes much longer).
 """
 from __future__ import annotations
 
 import argparse
-import os
+import math
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from _common import add_threads_arg, check, physical_cores, print_setup, set_threads
+from _common import (
+    MIN_PAIRS,
+    add_threads_arg,
+    check,
+    l3_bytes,
+    paired,
+    physical_cores,
+    print_paired,
+    print_setup,
+    quartiles,
+    set_threads,
+)
 
 # Common English words, a few long and rare ones that WordPiece splits into several pieces,
 # digits and punctuation: a mix of 1- and multi-piece words as in real text.
@@ -59,23 +90,59 @@ unbelievable reconsideration internationalization hydroelectric neuroscientists 
 biodiversity archaeological kaleidoscope quintessential serendipity zeitgeist 1999 2024 42 3.14
 , . ; : ! ? ( ) - " ' """.split()
 
-# regime -> (fewest words, most words, sentences at --scale 1, seed)
-REGIMES = {
-    "short": (3, 12, 2560, 1),
-    "mixed": (3, 200, 640, 2),
-    "passages": (100, 180, 320, 3),
+LENGTHS = ("short", "mixed", "long")
+GENERATORS = ("words", "syllables")
+# (length, generator) -> (fewest words, most words, distribution, seed)
+CORPORA = {
+    ("short", "words"): (3, 12, "uniform", 1),
+    ("mixed", "words"): (3, 200, "uniform", 2),
+    ("long", "words"): (100, 180, "uniform", 3),
+    ("short", "syllables"): (2, 16, "geometric", 11),
+    ("mixed", "syllables"): (3, 250, "log-uniform", 12),
+    ("long", "syllables"): (35, 85, "uniform", 13),
 }
-LABELS = {"short": "short queries, 3-12 words", "mixed": "mixed, 3-200 words",
-          "passages": "passages, 100-180 words"}
 ENGINES = ("npformer", "sentence-transformers", "ONNX Runtime")
+HEADS = 12                              # all-MiniLM-L6-v2: 12 heads of 32
 
 
-def make_sentences(n: int, lo: int = 3, hi: int = 200, seed: int = 0) -> list[str]:
-    """n sentences of lo to hi words, the same ones for every run with the same seed."""
+def syllable_vocabulary(n: int, seed: int) -> list[str]:
+    """n invented words of 1-4 syllables, a few capitalised as names, and some numbers."""
     rng = np.random.default_rng(seed)
-    words = np.array(WORDS)
-    lengths = rng.integers(lo, hi + 1, size=n)                 # (n,) words per sentence
-    return [" ".join(rng.choice(words, size=int(k))).capitalize() for k in lengths]
+    onsets = "b c d f g h j k l m n p r s t v w z br cr dr fl gr kl pr st str th sh ch".split()
+    vowels = "a e i o u ai ea ou io".split()
+    codas = ["", "", "", "n", "r", "s", "l", "m", "x", "nd", "st"]
+    words = []
+    for _ in range(n):
+        w = "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(rng.integers(1, 5)))
+        words.append(w.capitalize() if rng.random() < 0.1 else w)
+    words += [str(int(x)) for x in rng.integers(0, 100_000, n // 20)] + [",", ".", "?", ";"]
+    return words
+
+
+def word_counts(n: int, lo: int, hi: int, dist: str, rng: np.random.Generator) -> np.ndarray:
+    """n sentence lengths in words, lo to hi, drawn from ``dist``."""
+    if dist == "uniform":
+        k = rng.integers(lo, hi + 1, size=n)
+    elif dist == "geometric":                     # many short, a tail of longer ones
+        k = lo + rng.geometric(3 / (hi - lo + 1), size=n) - 1
+    elif dist == "log-uniform":
+        k = np.exp(rng.uniform(math.log(lo), math.log(hi + 1), size=n)).astype(np.int64)
+    else:
+        raise ValueError(f"dist: unknown {dist!r}")
+    return np.clip(k, lo, hi)                                              # (n,)
+
+
+def make_sentences(n: int, lo: int = 3, hi: int = 200, seed: int = 0, generator: str = "words",
+                   dist: str = "uniform") -> list[str]:
+    """n sentences of lo to hi words from ``generator``, the same ones for every run with the same seed."""
+    rng = np.random.default_rng(seed)
+    words = np.array(WORDS if generator == "words" else syllable_vocabulary(600, seed + 1000))
+    return [" ".join(rng.choice(words, size=int(k))).capitalize() for k in word_counts(n, lo, hi, dist, rng)]
+
+
+def label(length: str, generator: str) -> str:
+    lo, hi, dist, seed = CORPORA[(length, generator)]
+    return f"{length}/{generator} ({lo}-{hi} words, {dist}, seed {seed})"
 
 
 # -- ONNX Runtime ------------------------------------------------------------------------------
@@ -146,57 +213,145 @@ class OnnxEncoder:
         return out
 
 
+# -- the products alone, and the memory bandwidth -----------------------------------------------
+
+class Products:
+    """The encoder's matrix products at a workload's real shapes, timed alone: each layer's four
+    products with its own W^T arrays (the ones npformer's packed inference multiplies by) on the
+    piece's packed rows, and each text's two attention products (H, t, D) @ (H, D, t) and
+    (H, t, t) @ (H, t, D). Inputs and outputs are made once per thread: no allocation is timed."""
+
+    def __init__(self, enc) -> None:
+        from npformer.nn.inference import transposed_weights
+
+        self.w_t = list(transposed_weights(enc.model.encoder).values())      # (I, O) each, layer order
+        self.layers = len(self.w_t) // 4
+        self.d = self.w_t[0].shape[0] // HEADS                               # head size
+        self.bufs: dict = {}
+
+    def _buffers(self, slot: int, rows: int, t_max: int):
+        have = self.bufs.get(slot)
+        if have is None or have[0] < rows or have[1] < t_max:
+            rng = np.random.default_rng(slot)
+            width = max(max(w.shape) for w in self.w_t)
+            x = rng.standard_normal((rows, width), dtype=np.float32)          # (N, max I)
+            out = np.empty((rows, width), dtype=np.float32)                 # (N, max O)
+            q = rng.standard_normal((HEADS, t_max, self.d), dtype=np.float32)  # (H, T, D)
+            s = np.empty((HEADS, t_max, t_max), dtype=np.float32)            # (H, T, T)
+            o = np.empty((HEADS, t_max, self.d), dtype=np.float32)           # (H, T, D)
+            have = self.bufs[slot] = (rows, t_max, x, out, q, s, o)
+        return have
+
+    def piece(self, slot: int, lengths: list[int]) -> None:
+        n = sum(lengths)
+        _, _, x, out, q, s, o = self._buffers(slot, n, max(lengths))
+        for layer in range(self.layers):
+            for w in self.w_t[4 * layer:4 * layer + 4]:
+                np.matmul(x[:n, :w.shape[0]], w, out=out[:n, :w.shape[1]])   # (N, O)
+            for t in lengths:
+                qt = q[:, :t]                                                # (H, t, D)
+                np.matmul(qt, np.swapaxes(qt, -1, -2), out=s[:, :t, :t])     # (H, t, t)
+                np.matmul(s[:, :t, :t], qt, out=o[:, :t])                     # (H, t, D)
+
+    def time(self, pieces: list[list[int]], repeats: int = 3) -> float:
+        """Seconds: the best of ``repeats`` runs of the pieces, side by side on one Python thread
+        each with a one-thread BLAS (as npformer's encode runs them), after one untimed run."""
+        from threadpoolctl import threadpool_limits
+
+        best = float("inf")
+        with threadpool_limits(1, user_api="blas"):
+            pool = ThreadPoolExecutor(len(pieces)) if len(pieces) > 1 else None
+            try:
+                for r in range(repeats + 1):
+                    t0 = time.perf_counter()
+                    if pool is None:
+                        self.piece(0, pieces[0])
+                    else:
+                        list(pool.map(self.piece, range(len(pieces)), pieces))
+                    if r:
+                        best = min(best, time.perf_counter() - t0)
+            finally:
+                if pool is not None:
+                    pool.shutdown()
+        return best
+
+
+def npformer_pieces(lengths: list[int], threads: int) -> list[list[int]]:
+    """A batch's token counts dealt as SentenceEncoder.encode deals them: sorted longest first,
+    round-robin into ``threads`` pieces; small work (SMALL_WORK_TOKENS tokens in all) in one."""
+    from npformer.pretrained import encoder as encoder_module
+
+    small = sum(lengths) <= getattr(encoder_module, "SMALL_WORK_TOKENS", 128)
+    ordered = sorted(lengths, reverse=True)
+    k = 1 if small else min(threads, len(ordered))
+    return [ordered[i::k] for i in range(k)]
+
+
+def copy_bandwidth(nbytes: int, repeats: int = 5) -> float:
+    """Bytes per second of one core: the best of ``repeats`` numpy copies of ``nbytes``, counting
+    the bytes read and written (2 x nbytes), after one untimed copy."""
+    src = np.ones(max(nbytes // 4, 1), dtype=np.float32)                   # (n,)
+    dst = np.empty_like(src)                                              # (n,)
+    np.copyto(dst, src)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * src.nbytes / best
+
+
 # -- runs --------------------------------------------------------------------------------------
-
-def throughput(runners: dict, texts: list[str], rounds: int, batch: int) -> dict:
-    """Warm-up on one batch, then alternating rounds over all texts; returns medians (s) per engine."""
-    ref = "sentence-transformers"
-    warm = {k: run(texts[:batch]) for k, run in runners.items()}
-    for k in runners:
-        if k != ref:
-            check(f"warm-up batch, {k}", float(np.abs(warm[k] - warm[ref]).max()), tol(k))
-    times = {k: [] for k in runners}
-    for r in range(rounds):
-        out = {}
-        for k, run in runners.items():
-            t = time.perf_counter()
-            out[k] = run(texts)
-            times[k].append(time.perf_counter() - t)
-            print(f"  round {r + 1}: {k:22s} {len(texts) / times[k][-1]:8.1f} sentences/s "
-                  f"({times[k][-1]:.2f} s, load {os.getloadavg()[0]:.2f})", flush=True)
-        for k in runners:
-            if k != ref:
-                check(f"round {r + 1}, {k}", float(np.abs(out[k] - out[ref]).max()), tol(k))
-    return {k: statistics.median(v) for k, v in times.items()}
-
 
 def tol(engine: str) -> float:
     return 1e-5 if engine == "npformer" else 1e-4
 
 
-def latency(runners: dict, queries: list[str], blocks: int = 5) -> dict:
-    """Each query alone (batch 1); the queries in ``blocks`` blocks, the engines alternating per
-    block, each block preceded by one untimed query. Medians (s).
-
-    Why blocks, not alternating per query: torch's OpenMP threads and ONNX Runtime's pool spin on
-    the cores for a while after each call, and would slow whichever engine runs next; a block
-    measures each engine on queries that follow its own, as a service answering queries runs."""
-    times = {k: [] for k in runners}
+def compare(what: str, items: list[list[str]], runners: dict, args, floor_of) -> dict:
+    """Round r runs items[r mod len(items)] through every engine (order rotated); every round's
+    embeddings checked against sentence-transformers'. floor_of(i): the products-only seconds of
+    item i. Prints the paired report; returns its summary with the floors and the items' size."""
     ref = "sentence-transformers"
-    out = {k: [] for k in runners}
-    chunks = [queries[i::blocks] for i in range(blocks)]
-    for chunk in chunks:
-        for k, run in runners.items():
-            run(chunk[:1])                                        # untimed: the others' threads settle
-            for q in chunk:
-                t = time.perf_counter()
-                out[k].append(run([q]))
-                times[k].append(time.perf_counter() - t)
-    for k in runners:
-        if k != ref:
-            diff = max(float(np.abs(a - b).max()) for a, b in zip(out[k], out[ref], strict=True))
-            check(f"batch 1, {k}", diff, tol(k))
-    return {k: statistics.median(v) for k, v in times.items()}
+    cur = [0]
+    worst = {k: 0.0 for k in runners if k != ref}
+
+    def each(r, out):
+        for k in worst:
+            diff = float(np.abs(out[k] - out[ref]).max())
+            worst[k] = max(worst[k], diff)
+            if not diff <= tol(k):
+                check(f"{what}, round {r + 1}, {k}", diff, tol(k))
+        cur[0] = (r + 1) % len(items)
+
+    sides = {k: (lambda run=run: run(items[cur[0]])) for k, run in runners.items()}
+    res = paired(sides, args.pairs, warmup=args.warmup, each=each)
+    for k, diff in worst.items():
+        check(f"{what}, every round, {k}", diff, tol(k))
+    floors = [floor_of(r % len(items)) / min(res.times[o][r] for o in res.others) for r in range(len(res.first))]
+    s = print_paired(res)
+    f1, fm, f3 = quartiles(floors)
+    print(f"  products-only floor, npformer's products alone / the faster other's time, per round: median "
+          f"{fm:.3f} (IQR {f1:.3f}-{f3:.3f}); 1.10x as fast needs a ratio <= {1 / 1.1:.3f}: "
+          f"{'within reach' if fm <= 1 / 1.1 else 'OUT OF REACH: the products alone take longer'}", flush=True)
+    s["floor"] = fm
+    s["size"] = len(items[0])
+    return s
+
+
+def run_table(title: str, rows: dict, unit: str) -> None:
+    pairs = min(s["pairs"] for s in rows.values())
+    print(f"\n{title}" + ("" if pairs >= MIN_PAIRS else f" (only {pairs} pairs: a smoke test, not a claim)"))
+    col = "sentences/s" if unit == "sentences/s" else "ms"
+    print(f"| corpus | npformer {col} | sentence-transformers | ONNX Runtime | npformer / faster other, time per "
+          "round: median (IQR) | as speed | verdict | products-only floor |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, s in rows.items():
+        med = s["medians"]
+        vals = [s["size"] / med[k] if unit == "sentences/s" else med[k] * 1e3 for k in ENGINES]
+        fmt = "{:.0f}" if unit == "sentences/s" else "{:.1f}"
+        print(f"| {name} | " + " | ".join(fmt.format(v) for v in vals) +
+              f" | {s['median']:.2f} ({s['q1']:.2f}-{s['q3']:.2f}) | {1 / s['median']:.2f}x | {s['verdict']} "
+              f"| {s['floor']:.2f} |")
 
 
 def profile(enc, corpora: dict, batch_size: int) -> None:
@@ -210,7 +365,7 @@ def profile(enc, corpora: dict, batch_size: int) -> None:
         t = time.perf_counter()
         prof.runcall(enc.encode, texts, batch_size=batch_size)
         total = time.perf_counter() - t
-        print(f"\n== {LABELS[name]}: {len(texts) / total:.1f} sentences/s (profiled; only the calling "
+        print(f"\n== {name}: {len(texts) / total:.1f} sentences/s (profiled; only the calling "
               "thread is seen)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(14)
 
@@ -253,29 +408,44 @@ def query_products(enc, queries: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--regimes", default="short,mixed,passages", help="comma-separated: short, mixed, passages")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per regime (default 3)")
+    ap.add_argument("--lengths", default=",".join(LENGTHS), help="comma-separated: " + ", ".join(LENGTHS))
+    ap.add_argument("--generators", default=",".join(GENERATORS), help="comma-separated: " + ", ".join(GENERATORS))
+    ap.add_argument("--pairs", type=int, default=15, help="timed rounds per corpus, order rotated (default 15)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    ap.add_argument("--batches", type=int, default=4, help="batches per corpus at batch 64 (default 4)")
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--queries", type=int, default=100, help="batch-1 queries for the latency (default 100; 0: none)")
-    ap.add_argument("--scale", type=float, default=1.0, help="corpus sizes times this (default 1)")
-    ap.add_argument("--profile", action="store_true", help="cProfile npformer on each regime instead")
+    ap.add_argument("--queries", type=int, default=20,
+                    help="batch 1: queries per generator, one per round (default 20; 0: none)")
+    ap.add_argument("--profile", action="store_true", help="cProfile npformer on each corpus instead")
     ap.add_argument("--query-products", action="store_true",
                     help="only: a query's encode time against its matrix products alone, BLAS on 1 and 2 threads")
     add_threads_arg(ap)
     args = ap.parse_args()
-    regimes = [r for r in args.regimes.split(",") if r]
-    bad = [r for r in regimes if r not in REGIMES]
-    if bad:
-        raise SystemExit(f"--regimes: unknown {bad}, expected some of {list(REGIMES)}")
+    lengths = [x for x in args.lengths.split(",") if x]
+    generators = [x for x in args.generators.split(",") if x]
+    for flag, got, known in (("--lengths", lengths, LENGTHS), ("--generators", generators, GENERATORS)):
+        bad = [x for x in got if x not in known]
+        if bad or not got:
+            ap.error(f"{flag}: expected some of {', '.join(known)}, got {got}")
+    for flag, v in (("--batches", args.batches), ("--batch-size", args.batch_size)):
+        if v < 1:
+            ap.error(f"{flag} must be >= 1, got {v}")
+    if args.queries < 0:
+        ap.error(f"--queries must be >= 0, got {args.queries}")
 
     import onnxruntime
     import torch
     from sentence_transformers import SentenceTransformer
 
     from npformer.pretrained import SentenceEncoder
+    from npformer.pretrained.parallel import default_threads
 
-    corpora = {r: make_sentences(max(args.batch_size, int(REGIMES[r][2] * args.scale)), *REGIMES[r][:2],
-                                 seed=REGIMES[r][3]) for r in regimes}
+    n_texts = args.batches * args.batch_size
+    corpora = {}
+    for g in generators:
+        for length in lengths:
+            lo, hi, dist, seed = CORPORA[(length, g)]
+            corpora[label(length, g)] = make_sentences(n_texts, lo, hi, seed, g, dist)
     enc = SentenceEncoder.load()
     st = SentenceTransformer(str(enc.path), device="cpu")          # loads scipy's BLAS too: before the limits
     threads = set_threads(args.threads, torch)
@@ -307,34 +477,47 @@ def main() -> None:
         return ox.encode(texts, args.batch_size)
 
     runners = {"npformer": run_np, "sentence-transformers": run_st, "ONNX Runtime": run_ox}
+    prod = Products(enc)
+    np_threads = default_threads()
     rows = {}
-    for r, texts in corpora.items():
+    for name, texts in corpora.items():
         ours, theirs = enc.tokenizer.encode(texts), ox.ids(texts)
-        same_ids = sum(not np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
-        check(f"{r}: texts whose token ids differ from sentence-transformers'", same_ids, 0)
-        n_tok = sum(len(s) for s in ours)
-        print(f"\n{LABELS[r]}: {len(texts)} sentences, {n_tok} word pieces ({n_tok / len(texts):.1f} a text), "
-              f"batch {args.batch_size}", flush=True)
-        med = throughput(runners, texts, args.rounds, args.batch_size)
-        rows[r] = {k: len(texts) / v for k, v in med.items()}
-    lat = None
-    if args.queries > 0:
-        queries = make_sentences(args.queries, 3, 12, seed=7)
-        print(f"\nbatch 1: {len(queries)} short queries, one at a time", flush=True)
-        lat = latency(runners, queries)
+        n_diff = sum(not np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+        check(f"{name}: texts whose token ids differ from sentence-transformers'", n_diff, 0)
+        order = np.argsort([-len(t) for t in texts], kind="stable")      # as sentence-transformers sorts
+        batches = [[texts[i] for i in order[s:s + args.batch_size]] for s in range(0, len(texts), args.batch_size)]
+        floors = [prod.time(npformer_pieces([len(x) for x in enc.tokenizer.encode(b)], np_threads)) for b in batches]
+        n_tok = sum(len(x) for x in ours)
+        print(f"\n{name}: {len(batches)} batch(es) of {args.batch_size}, {n_tok / len(texts):.1f} word pieces a text "
+              f"({min(map(len, ours))}-{max(map(len, ours))}); one batch per round, {args.pairs} rounds", flush=True)
+        rows[name] = compare(name, batches, runners, args, lambda i, f=floors: f[i])
 
-    print(f"\nthroughput at batch {args.batch_size}, sentences/s (median of {args.rounds}; load "
-          f"{os.getloadavg()[0]:.2f}):")
-    print("| corpus | npformer | sentence-transformers | ONNX Runtime | npformer / faster of the two |")
-    print("|---|---|---|---|---|")
-    for r, v in rows.items():
-        best = max(v["sentence-transformers"], v["ONNX Runtime"])
-        print(f"| {LABELS[r]} | {v['npformer']:.0f} | {v['sentence-transformers']:.0f} | {v['ONNX Runtime']:.0f} "
-              f"| {v['npformer'] / best:.2f}x |")
-    if lat is not None:
-        print(f"\nlatency at batch 1, ms per query (median of {args.queries}):")
-        print("| | npformer | sentence-transformers | ONNX Runtime |\n|---|---|---|---|")
-        print("| ms per query | " + " | ".join(f"{lat[k] * 1e3:.1f}" for k in ENGINES) + " |")
+    lat = {}
+    if args.queries > 0:
+        bandwidth = copy_bandwidth(min(max(2 * (l3_bytes() or 128 << 20), 256 << 20), 1 << 30))
+        w_bytes = sum(w.nbytes for k, w in enc.model.state_dict().items() if k.startswith("encoder."))
+        w_bandwidth = copy_bandwidth(w_bytes)
+        for g in generators:
+            lo, hi, dist, seed = CORPORA[("short", g)]
+            queries = make_sentences(args.queries, lo, hi, seed + 100, g, dist)
+            q_len = [len(x) for x in enc.tokenizer.encode(queries)]
+            floors = [prod.time([[n]]) for n in q_len]
+            name = f"queries/{g} ({min(q_len)}-{max(q_len)} word pieces)"
+            print(f"\nbatch 1, {name}: {len(queries)} queries, one per round", flush=True)
+            run_pairs = argparse.Namespace(**{**vars(args), "pairs": max(args.pairs, len(queries))})
+            lat[name] = compare(name, [[q] for q in queries], runners, run_pairs, lambda i, f=floors: f[i])
+            print(f"  products alone, median over the queries: {statistics.median(floors) * 1e3:.2f} ms "
+                  "(one thread)")
+        print(f"\nbatch-1 bound: the encoder's weights, {w_bytes / 1e6:.1f} MB, read once per query: over the "
+              f"memory bandwidth measured here ({bandwidth / 1e9:.1f} GB/s, numpy copies 2x the L3, one core) "
+              f"{w_bytes / bandwidth * 1e3:.2f} ms; over a weights-sized copy's ({w_bandwidth / 1e9:.1f} GB/s: "
+              f"{'in the L3 here' if l3_bytes() and w_bytes < l3_bytes() else 'from memory'}) "
+              f"{w_bytes / w_bandwidth * 1e3:.2f} ms")
+
+    run_table(f"batch {args.batch_size}: sentences/s from each engine's median time per batch; ratios per round "
+              f"(npformer / the faster of the two others; below 1: npformer faster)", rows, "sentences/s")
+    if lat:
+        run_table("batch 1: ms per query (median); ratios per round as above", lat, "ms")
     tmp.cleanup()
     sys.stdout.flush()
 

@@ -1,7 +1,7 @@
 """A training step of the small decoder-only language models the demos train, npformer vs torch.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_small.py
-    (options: --steps 20 --warmup 3 --threads N --vocab 96; a smoke test: --steps 1 --warmup 0)
+    (options: --pairs 15 --warmup 3 --threads N --vocab 96; a smoke test: --pairs 1 --warmup 0)
 
 One step = forward, next-token cross-entropy, backward and an Adam update of every parameter:
 ``DecoderLM.loss`` then ``npformer.train.Adam.step`` against the same model through
@@ -15,10 +15,12 @@ d_ff = 4 d_model, a character vocabulary of --vocab tokens):
     d_model 128, 4 layers, batch 32 x 64 tokens
     d_model 256, 4 layers, batch 16 x 128 tokens
 
-float32, dropout 0.1 in training mode on both sides. After --warmup untimed steps of each, the
-two run alternately (npformer, torch, npformer, ...) for --steps steps each, per size; medians
-and their ratio are reported. numpy's BLAS and torch run on --threads threads each (default:
-one per physical core).
+float32, dropout 0.1 in training mode on both sides. Per size, after --warmup untimed rounds,
+--pairs timed pairs: one step of each back to back, the order swapped from one pair to the next
+(``_common.paired``); each side's median, the median per-pair ratio npformer / torch with its
+interquartile range, the ratio by which side ran first, and the verdict (faster only when the
+upper quartile is below 1). numpy's BLAS and torch run on --threads threads each (default: one
+per physical core).
 
 Parity, per size, before timing (exit status 1 on a miss), with dropout off (eval mode) and the
 same starting weights and batch:
@@ -38,7 +40,7 @@ same starting weights and batch:
   a wrong gradient cannot empty the comparison;
 - float64, where that rounding is 1e-16: the losses and every element of every parameter after
   the Adam step within 1e-9.
-A full run takes one to two minutes (2 min 15 s with 30 steps at load average 2.5).
+A full run takes one to two minutes.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 import npformer
-from _common import add_threads_arg, alternate, check, print_ratio, print_setup, print_times, set_threads
+from _common import MIN_PAIRS, add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
 from npformer.interop.torch import _key_to_torch as torch_key  # the FFN sits under ``ffn.`` in npformer only
 from npformer.models import DecoderLM, DecoderLMConfig
 from npformer.train import Adam
@@ -142,8 +144,7 @@ def parity(d, layers, t, vocab, x, y, dtype, tol_loss, tol_param) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20, help="timed steps of each, per size (default 20)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps of each first (default 3)")
+    add_pairs_args(ap, pairs=15, warmup=3)
     ap.add_argument("--vocab", type=int, default=96, help="vocabulary size (default 96, characters)")
     add_threads_arg(ap)
     args = ap.parse_args()
@@ -151,7 +152,8 @@ def main() -> None:
     threads = set_threads(args.threads, torch)
     print_setup(torch)
     print(f"DecoderLM training step (forward + cross-entropy + backward + Adam), float32, dropout 0.1, "
-          f"vocab {args.vocab}; {args.steps} alternating steps each after {args.warmup} warm-up step(s); "
+          f"vocab {args.vocab}; per size {args.pairs} pairs, order swapped each pair, after {args.warmup} warm-up "
+          "round(s); "
           f"numpy's BLAS and torch on {threads} thread(s)")
     rng = np.random.default_rng(0)
     ratios = []
@@ -167,14 +169,16 @@ def main() -> None:
         torch.manual_seed(1)
         sides = {"npformer": partial(np_step, model, opt, x, y, np.random.default_rng(1)),
                  "torch": partial(torch_step, ref, topt, torch.from_numpy(x), torch.from_numpy(y), args.vocab)}
-        times, _ = alternate(sides, args.steps, warmup=args.warmup)
+        res = paired(sides, args.pairs, warmup=args.warmup)
         print(f"  {model.num_parameters():,} parameters")
-        med = print_times(times)
-        ratios.append(((d, layers, b, t), print_ratio(med, "npformer", "torch")))
+        ratios.append(((d, layers, b, t), print_paired(res)))
 
-    print("\nsummary, npformer / torch time per step (median):")
-    for (d, layers, b, t), r in ratios:
-        print(f"  d_model {d:>3}, {layers} layers, {b:>2} x {t:<3} tokens: {r:.2f}x")
+    print("\nsummary, npformer / torch time per step, median of the per-pair ratios (IQR), verdict"
+          + (":" if args.pairs >= MIN_PAIRS else f" (only {args.pairs} pairs: a smoke test, not a claim):"))
+    for (d, layers, b, t), s in ratios:
+        first = ", ".join(f"{k} first {m:.2f}" for k, (m, _) in s["by_first"].items())
+        print(f"  d_model {d:>3}, {layers} layers, {b:>2} x {t:<3} tokens: {s['median']:.2f}x "
+              f"({s['q1']:.2f}-{s['q3']:.2f}), {s['verdict']}; {first}")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
 """Forward + loss + backward of the paper's base encoder-decoder, npformer vs torch.nn.Transformer.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_transformer.py
-    (options: --steps 10 --warmup 2 --threads N; a smoke test: --steps 1 --warmup 0)
+    (options: --pairs 15 --warmup 2 --threads N; a smoke test: --pairs 1 --warmup 0)
 
 Both models: d_model 512, 8 heads, d_ff 2048, 6 + 6 layers, dropout 0.1 (training mode), a
 shared 37,000-token vocabulary whose table is also the pre-softmax projection (paper 3.4),
 sinusoidal positions, final LayerNorms on both stacks (torch.nn.Transformer always has them,
 so npformer gets them too: the same work), float32, batch of 8 x 32 source and target tokens
 with some right padding (masks in both). One step = forward, cross-entropy (pad ignored) and
-backward for every parameter; no optimizer. After --warmup untimed steps of each, the two run
-alternately (npformer, torch, npformer, ...) for --steps steps each; medians and their ratio are
-reported. numpy's BLAS and torch run on --threads threads each (default: one per physical core).
+backward for every parameter; no optimizer. After --warmup untimed rounds, --pairs timed pairs:
+one step of each back to back, the order swapped from one pair to the next (``_common.paired``);
+each side's median, the median per-pair ratio npformer / torch with its interquartile range, the
+ratio by which side ran first, and the verdict (faster only when the upper quartile is below 1).
+numpy's BLAS and torch run on --threads threads each (default: one per physical core).
 
 Parity (exit status 1 on a miss, naming the worst parameter): npformer's weights are copied into
 torch (keys through npformer's own mapping, ``npformer.interop.torch._key_to_torch``, into torch's
@@ -32,9 +34,9 @@ output projection at every target position (its embedding lookups are not produc
 positions count: both sides compute them. The attention scores and weighted sums (about 1% here
 at 32 positions), softmax, LayerNorm and dropout are left out, so both rates are a little low.
 The yardstick: the same run times float32 2048 x 2048 products in numpy and in torch (best of
-3, before and after the steps, on the same threads) and prints each side's achieved rate as a
+5, before and after the steps, on the same threads) and prints each side's achieved rate as a
 share of those peaks.
-A full run takes about a minute (a step of each took about 2 s on the reference machine of docs/performance.md).
+A full run takes about a minute (a pair took about 1.6 s on the reference machine of docs/performance.md).
 """
 from __future__ import annotations
 
@@ -45,16 +47,7 @@ import math
 import numpy as np
 import torch
 
-from _common import (
-    add_threads_arg,
-    alternate,
-    check,
-    print_ratio,
-    print_setup,
-    print_times,
-    set_threads,
-    sgemm_peak,
-)
+from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads, sgemm_peak
 from npformer.interop.torch import _key_to_torch
 from npformer.models import Transformer, TransformerConfig
 
@@ -93,8 +86,7 @@ def check_grads(label: str, np_grads: dict, t_params: dict, torch_key, tol: floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=10, help="timed steps of each (default 10)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each first (default 2)")
+    add_pairs_args(ap, pairs=15, warmup=2)
     add_threads_arg(ap)
     args = ap.parse_args()
 
@@ -185,7 +177,7 @@ def main() -> None:
 
     peaks = [sgemm_peak()]                                                 # before and after the steps
     t_peaks = [sgemm_peak(torch=torch)]
-    times, _ = alternate({"npformer": np_step, "torch": torch_step}, args.steps, warmup=args.warmup)
+    res = paired({"npformer": np_step, "torch": torch_step}, args.pairs, warmup=args.warmup)
     peaks.append(sgemm_peak())
     t_peaks.append(sgemm_peak(torch=torch))
     peak, t_peak = max(peaks), max(t_peaks)
@@ -197,17 +189,17 @@ def main() -> None:
     flops = 6 * (p_enc * B * S + (p_dec + V * cfg.d_model) * B * T)
 
     print(f"base Transformer forward + loss + backward, batch {B} x {S} source / {T} target positions, "
-          f"shared vocab {V}, float32, {n_params:,} parameters; {args.steps} alternating steps each after "
-          f"{args.warmup} warm-up step(s); numpy's BLAS and torch on {threads} thread(s)")
-    med = print_times(times)
+          f"shared vocab {V}, float32, {n_params:,} parameters; {args.pairs} pairs, order swapped each pair, "
+          f"after {args.warmup} warm-up round(s); numpy's BLAS and torch on {threads} thread(s)")
+    med = print_paired(res)["medians"]
     print(f"  work per step: {flops / 1e9:.1f} GFLOP = 6 x ({p_enc:,} encoder weights x {B * S} source positions "
           f"+ ({p_dec:,} decoder + {V * cfg.d_model:,} output-projection weights) x {B * T} target positions)")
-    print(f"  sgemm peak, float32 2048 x 2048 products in this run (best of 3, before and after the steps): "
+    print(f"  sgemm peak, float32 2048 x 2048 products in this run (best of 5, before and after the steps): "
           f"numpy {peak:.0f} GFLOP/s, torch {t_peak:.0f} GFLOP/s")
     for k, t in med.items():
         print(f"  {k:<24} {flops / t / 1e9:9.1f} GFLOP/s (median step), {flops / t / 1e9 / peak:6.1%} of numpy's "
               f"sgemm peak, {flops / t / 1e9 / t_peak:6.1%} of torch's")
-    print_ratio(med, "npformer", "torch")
+
 
 if __name__ == "__main__":
     main()

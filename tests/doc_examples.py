@@ -26,7 +26,10 @@ FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 METAVARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
 
 # the model directories the docs' examples name as a reader's own, made where an example runs that names one
-MODEL_DIRS = ("my-bert",)               # a plain Hugging Face bert directory (tests/hf_dirs.py)
+# name -> (module, function, keywords) writing it: a plain Hugging Face bert directory (tests/hf_dirs.py), a tiny
+# random GPT-2 saved by transformers (tests/pretrained/tiny_gpt2.py)
+MODEL_DIRS = {"my-bert": ("hf_dirs", "write_plain_bert", {}),
+              "my-gpt2": ("tiny_gpt2", "write_gpt2", {"n_positions": 64})}
 
 # the reduced budgets of training commands: a fresh run, a --resume of it, a study's runs
 TRAIN_STEPS = 1
@@ -281,8 +284,8 @@ def reads(example: Example) -> list:
 
 def provide_models(example: Example, where: Path) -> None:
     """The model directories of ``MODEL_DIRS`` that ``example`` names, made in ``where``."""
-    from hf_dirs import write_plain_bert
+    import importlib
 
-    for name in MODEL_DIRS:
+    for name, (module, function, keywords) in MODEL_DIRS.items():
         if re.search(rf"(?<![\w/.-]){re.escape(name)}(?![\w-])", example.source):
-            write_plain_bert(where / name)
+            getattr(importlib.import_module(module), function)(where / name, **keywords)

@@ -1,6 +1,11 @@
-"""``npformer generate DIR --prompt P --tokens N``: continue a prompt with a trained text run.
+"""``npformer generate DIR --prompt P --tokens N``: continue a prompt with a trained text run, or with
+a GPT-2-family Hugging Face directory (config.json with model_type gpt2; ``pretrained.CausalLM``).
 
     npformer generate runs/text --prompt "Once upon a time" --tokens 300 --temperature 0.8 --top-k 20
+    npformer generate my-gpt2 --prompt "Once upon a time" --tokens 40
+
+A GPT-2 directory decodes greedily unless --temperature is given, and prints the prompt followed by
+its continuation, as for a run.
 
 Samples with the KV cache from ``np.random.default_rng(--seed)`` (same seed, same text) and prints
 the prompt followed by its continuation. The special tokens (<pad>, <bos>, <eos>, <unk>) never
@@ -11,18 +16,23 @@ from __future__ import annotations
 
 from . import CLIError
 
-HELP = "sample text from a trained language-model run"
-DESCRIPTION = "Continue --prompt with --tokens sampled characters."
+GPT2_TOKENS = 50                     # new tokens a GPT-2 directory generates without --tokens
+
+HELP = "continue a prompt with a trained language-model run or a GPT-2 directory"
+DESCRIPTION = ("Continue --prompt with --tokens sampled characters (a text run), or --tokens new tokens "
+               "(a GPT-2-family Hugging Face directory, greedy by default).")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("run", metavar="DIR", help="a run directory of the text task")
+    p.add_argument("run", metavar="DIR", help="a run directory of the text task, or a GPT-2 directory")
     p.add_argument("--prompt", required=True, metavar="P", help="the text to continue")
-    p.add_argument("--tokens", type=int, required=True, metavar="N", help="characters to generate")
-    p.add_argument("--temperature", type=float, default=1.0, metavar="T",
-                   help="softmax temperature (default 1; 0 = greedy)")
+    p.add_argument("--tokens", type=int, default=None, metavar="N",
+                   help=f"characters (a run; required) or tokens (a GPT-2 directory; default {GPT2_TOKENS}) "
+                        "to generate")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="softmax temperature (default: 1 for a run, 0 = greedy for a GPT-2 directory)")
     p.add_argument("--top-k", type=int, default=None, metavar="K",
-                   help="sample among the K most likely characters only")
+                   help="sample among the K most likely characters (tokens) only")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the sampler (default 0)")
 
 
@@ -63,13 +73,35 @@ def generate_text(run, prompt: str, n_tokens: int, temperature: float = 1.0, top
 
 
 def run(args) -> int:
+    from ..pretrained.hf import model_type
     from ..train.checkpoint import load_run
 
     if not args.prompt:
         raise CLIError("empty input: give a non-empty --prompt")
-    if args.tokens < 1:
+    if args.tokens is not None and args.tokens < 1:
         raise CLIError(f"--tokens must be >= 1, got {args.tokens}")
+    kind = model_type(args.run)
+    if kind is not None:
+        return _run_hf(args, kind)
+    if args.tokens is None:
+        raise CLIError("--tokens N is required for a run directory")
     r = load_run(args.run, model_kind="decoder_lm")
-    text = generate_text(r, args.prompt, args.tokens, args.temperature, args.top_k, args.seed)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    text = generate_text(r, args.prompt, args.tokens, temperature, args.top_k, args.seed)
     print(args.prompt + text)
+    return 0
+
+
+def _run_hf(args, kind: str) -> int:
+    """A Hugging Face directory: GPT-2-family only (a causal LM)."""
+    from ..pretrained import CausalLM
+
+    if kind != "gpt2":
+        raise CLIError(f"{args.run}: model_type {kind!r} is not a causal language model npformer runs "
+                       "(generate reads model_type 'gpt2')")
+    lm = CausalLM.load(args.run)
+    n = GPT2_TOKENS if args.tokens is None else args.tokens
+    temperature = 0.0 if args.temperature is None else args.temperature
+    text = lm.generate(args.prompt, n, temperature=temperature, top_k=args.top_k, seed=args.seed)
+    print(args.prompt + str(text))
     return 0

@@ -21,6 +21,7 @@ Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T toke
 from __future__ import annotations
 
 import base64
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -541,8 +542,10 @@ class MiniLMExplorer(Explorer):
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
-# a Hugging Face directory's config.json model_type -> its explorer
-HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer}
+# a Hugging Face directory's config.json model_type -> its explorer class, or the module whose open_dir(path)
+# explores one (imported when needed: explore.causal imports this module)
+HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer,
+                                "gpt2": "npformer.explore.causal"}
 
 
 def open_explorer(source) -> Explorer:
@@ -557,7 +560,8 @@ def open_explorer(source) -> Explorer:
         if hf not in HF_EXPLORERS:
             raise ValueError(f"{Path(source) / 'config.json'}: model_type {hf!r} is not supported: the explorer "
                              f"opens {', '.join(HF_EXPLORERS)} directories")
-        return HF_EXPLORERS[hf](source)
+        opener = HF_EXPLORERS[hf]
+        return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
     run = load_run(source)
     kind = run.config["model_kind"]
     if kind not in EXPLORERS:

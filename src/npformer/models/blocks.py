@@ -46,9 +46,9 @@ def init_model(model: Module, config: object, config_cls: type[C], rng: np.rando
 
 
 def token_embeddings(c: TokenConfig, vocab_size: int, max_len: int, rng: np.random.Generator,
-                     dtype: DTypeLike) -> Embeddings:
-    """Token table scaled by sqrt(d_model), plus c.positional positions, then dropout."""
-    return Embeddings(vocab_size, c.d_model, max_len, c.positional, scale=True, dropout=c.dropout, rng=rng,
+                     dtype: DTypeLike, scale: bool = True) -> Embeddings:
+    """Token table scaled by sqrt(d_model) (unless ``scale`` is False), plus c.positional positions, then dropout."""
+    return Embeddings(vocab_size, c.d_model, max_len, c.positional, scale=scale, dropout=c.dropout, rng=rng,
                       dtype=dtype)
 
 

@@ -80,7 +80,7 @@ class BlockConfig(Config):
         check_float("eps", self.eps, 0.0, 1.0, low_inclusive=False)
         if hasattr(self, "positional"):
             check_choice("positional", self.positional, ("sinusoidal", "learned"))
-        check_choice("activation", self.activation, ("relu", "gelu"))
+        check_choice("activation", self.activation, ("relu", "gelu", "gelu_tanh"))
         check_bool("norm_first", self.norm_first)
         check_bool("final_norm", getattr(self, "final_norm", None), allow_none=True)
         check_size(self)

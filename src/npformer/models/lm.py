@@ -1,6 +1,6 @@
 """A decoder-only language model (GPT-style): the Transformer's decoder without cross-attention.
 
-    x      = dropout(E[ids] * sqrt(d) + P)
+    x      = dropout(E[ids] * sqrt(d) + P)    (GPT-2: E[ids] + P, ``scale_embeddings=False``)
     h      = blocks(x)          N self-attention + FFN layers, causal: position t reads 0..t
     logits = h W_out^T,  W_out = E when tied (paper 3.4)
 
@@ -46,12 +46,14 @@ class DecoderLMConfig(BlockConfig):
     tie_output: bool = True            # pre-softmax projection = token embedding table
     pad_id: int = -1                   # padding token hidden as a key and ignored by the loss; -1: none
     eps: float = 1e-5                  # LayerNorm epsilon
+    scale_embeddings: bool = True      # token vectors times sqrt(E) (paper 3.4); GPT-2 adds them unscaled
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             check_int(name, getattr(self, name))
         self.check_block_fields()
         check_bool("tie_output", self.tie_output)
+        check_bool("scale_embeddings", self.scale_embeddings)
         check_pad_id(self.pad_id, self.vocab_size, allow_none=True)
 
 
@@ -67,7 +69,8 @@ class DecoderLM(Module):
     def __init__(self, config: DecoderLMConfig, rng: np.random.Generator | int = 0,
                  dtype: DTypeLike = np.float32) -> None:
         c, rng = init_model(self, config, DecoderLMConfig, rng)
-        self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype))
+        self.add_module("embed", token_embeddings(c, c.vocab_size, c.max_len, rng, dtype,
+                                                        scale=c.scale_embeddings))
         self.add_module("blocks", encoder_stack(c, c.n_layers, rng, dtype))
         if not c.tie_output:
             self.add_module("generator", Linear(c.d_model, c.vocab_size, rng=rng, dtype=dtype))

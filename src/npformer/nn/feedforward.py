@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..ops import gelu_backward, gelu_forward, relu_backward, relu_forward
+from ..ops import gelu_backward, gelu_forward, gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward
 from .basic import Dropout, Linear
 from .module import Module, add_grads
 
 # name -> (forward(x) -> (y, cache), backward(dy, cache) -> dx)
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-    "relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward)}
+    "relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward),
+    "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward)}       # GPT-2's "gelu_new"
 
 
 class FeedForward(Module):

@@ -1,7 +1,15 @@
 """Core ops: each a forward/backward pair with an explicit cache (see docs/STYLE.md), and in
 ``inference.py`` the forward-only fast twins of attention, LayerNorm and softmax; ``flash_attention.py``
 is attention's O(T)-memory tiled twin for training on long sequences."""
-from .activations import erf, gelu_backward, gelu_forward, relu_backward, relu_forward
+from .activations import (
+    erf,
+    gelu_backward,
+    gelu_forward,
+    gelu_tanh_backward,
+    gelu_tanh_forward,
+    relu_backward,
+    relu_forward,
+)
 from .attention import attention_backward, attention_forward, attention_weights_grad, causal_mask
 from .dropout import dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
@@ -19,7 +27,8 @@ __all__ = [
     "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
     "flash_attention_backward", "flash_attention_forward",
-    "erf", "gelu_backward", "gelu_forward", "relu_backward", "relu_forward",
+    "erf", "gelu_backward", "gelu_forward", "gelu_tanh_backward", "gelu_tanh_forward", "relu_backward",
+    "relu_forward",
     "layernorm_backward", "layernorm_forward", "layernorm_inference",
     "linear_backward", "linear_forward",
     "log_softmax", "softmax_backward", "softmax_forward", "softmax_numerator_",

@@ -251,3 +251,47 @@ def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.nd
             ts += cf[sl]
             np.multiply(ts, dyf[sl], out=dx[sl])
     return dx.reshape(x.shape)
+
+
+# -- GELU, tanh approximation (Hendrycks & Gimpel 2016, section 2; GPT-2's "gelu_new") ----------
+#   gelu_tanh(x) = 0.5 x (1 + tanh(u)),  u = sqrt(2 / pi) (x + 0.044715 x^3)
+_TANH_C = math.sqrt(2.0 / math.pi)
+_TANH_A = 0.044715
+
+
+def gelu_tanh_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """GELU's tanh approximation, elementwise, in x's dtype (float32 or float64).
+    Returns (y, cache); the cache holds (x, tanh(u))."""
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"gelu_tanh needs float32 or float64, got dtype {x.dtype}")
+    k = x.dtype.type                                              # constants in x's dtype: no upcast
+    t = x * x                                                     # (...) x^2
+    t *= k(_TANH_A)
+    t += k(1.0)
+    t *= x
+    t *= k(_TANH_C)                                               # u = c (x + a x^3)
+    np.tanh(t, out=t)                                             # (...) tanh(u), kept for the backward
+    y = t + k(1.0)                                                # (...)
+    y *= x
+    y *= k(0.5)
+    return y, (x, t)
+
+
+def gelu_tanh_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """dx = dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)), t = tanh(u), the forward's:
+    the product rule on 0.5 x (1 + tanh(u)), with d tanh(u) / du = 1 - t^2 and du/dx = c (1 + 3 a x^2)."""
+    x, t = cache
+    k = x.dtype.type
+    du = x * x                                                    # (...)
+    du *= k(3.0 * _TANH_A)
+    du += k(1.0)
+    du *= k(_TANH_C)                                              # du/dx
+    sech2 = t * t                                                 # (...)
+    np.subtract(k(1.0), sech2, out=sech2)                         # 1 - t^2
+    du *= sech2
+    du *= x
+    du += t
+    du += k(1.0)
+    du *= k(0.5)                                                  # dy/dx
+    du *= dy
+    return du
