@@ -15,6 +15,9 @@ it) and these are measured, medians printed:
 - its parts: JSON.parse, inflating the compressed q, k, v, the first head view;
 - a layer switch in the head view, the model view (every layer x head computed and drawn), the
   step view for the last token, measured in the page around a synchronous render.
+Before them, the MiniLM page at 128 word pieces (issue 25's budget) is written and timed: the payload
+(its head knock-outs, 72 forwards, timed apart) and the HTML, whose size must stay under 5 MB (aim:
+written in under 5 s); its knock-outs are checked (every head, finite effects, 1 - cosine in [0, 2]).
 The issue's target: each page open and interactive in under 2 s. Exit status 1 if a page logged a
 console error, made a request other than its own file, or a timed render did not draw: the layer
 switch left the head view's pixels as they were, the model view's canvas is missing or blank, or
@@ -47,6 +50,47 @@ def minilm_payload() -> dict:
     if n != 256:
         raise SystemExit(f"expected 256 word pieces, got {n}")
     return payload
+
+
+def minilm128_page() -> int:
+    """Write the MiniLM page at 128 word pieces: print its times and size; 1 when over 5 MB or its
+    knock-outs are not every head's."""
+    import numpy as np
+    from test_explore_cli import _sentence_of
+
+    import npformer.explore.knockout as ko
+    from npformer.explore.payload import decode_array, open_explorer
+    from npformer.explore.render import render_html
+    ex = open_explorer("minilm")
+    text = _sentence_of(ex.encoder.tokenizer, 128)
+    spent = []
+    knocked_out = ko.knocked_out
+
+    def timed(*a, **k):                     # the knock-outs' share of the payload's time
+        t = time.perf_counter()
+        try:
+            return knocked_out(*a, **k)
+        finally:
+            spent.append(time.perf_counter() - t)
+    ko.knocked_out = timed
+    try:
+        t = time.perf_counter()
+        payload = ex.payload([{"text": text}])
+        t_payload = time.perf_counter() - t
+        html = render_html(payload)
+        t_all = time.perf_counter() - t
+    finally:
+        ko.knocked_out = knocked_out
+    inp = payload["inputs"][0]
+    effect = decode_array(inp["knockout"]["groups"]["self"]["effect"])
+    size = len(html.encode())
+    print(f"minilm-128: {len(inp['groups'][0]['query_tokens'])} word pieces; written in {t_all:.2f} s (payload "
+          f"{t_payload:.2f} s, of it knock-outs {sum(spent):.2f} s; aim under 5 s), {size / 1e6:.2f} MB "
+          f"(budget under 5 MB: {'met' if size < 5_000_000 else 'NOT met'})")
+    ok = effect.shape == (6, 12, 2) and np.isfinite(effect).all() and effect.min() >= -1e-6 and effect.max() <= 2
+    if not ok:
+        print(f"minilm-128: PROBLEM knock-outs of shape {effect.shape}, effects {effect.min()} .. {effect.max()}")
+    return 0 if ok and size < 5_000_000 else 1
 
 
 def text512_payload(folder: Path) -> dict:
@@ -137,6 +181,7 @@ def main() -> int:
     from npformer.explore.render import render_html
     print(f"chromium: {subprocess.run([CHROMIUM, '--version'], capture_output=True, text=True).stdout.strip()}")
     print_setup()                          # the machine header, again with the load at the end when the run ends
+    failed = bool(minilm128_page())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -149,7 +194,6 @@ def main() -> int:
             pages[name] = path
             print(f"{name}: payload built and rendered in {time.perf_counter() - t:.1f} s, "
                   f"{len(html.encode()) / 1e6:.2f} MB")
-        failed = False
         with browser_context() as ctx:
             for name, path in pages.items():
                 med, problems = measure(ctx, path.as_uri(), args.rounds)

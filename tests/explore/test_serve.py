@@ -16,6 +16,7 @@ from serve_client import post, request, serving
 
 from npformer.explore.payload import MAX_CHARS, open_explorer
 from npformer.explore.serve import API, CSP, MAX_BODY, MAX_DEPTH, TIMEOUT, ExploreServer, json_depth, request_inputs
+from npformer.explore.targets import FIELD as TARGET_FIELD
 from npformer.ops import workspace
 
 
@@ -40,7 +41,8 @@ def test_binds_loopback_only_and_serves_the_page_with_its_form(server):
     page = data.decode("utf-8")
     payload = json.loads(page.split('id="payload">', 1)[1].split("</script>", 1)[0])
     assert payload["serve"] == {"api": API, "max_input_chars": MAX_CHARS, "max_inputs": 4,
-                                "fields": [{"name": "text", "label": "source text", "kind": "text", "default": ""}]}
+                                "fields": [{"name": "text", "label": "source text", "kind": "text", "default": ""},
+                                           TARGET_FIELD]}
     assert payload["inputs"][0]["label"] == "29 November 2026"
     assert server.token not in page                                   # the page reads it from its own URL
 
@@ -72,7 +74,7 @@ def test_a_new_input_gets_a_new_payload(server):
     ({"inputs": [{"text": "29 Nov\u00e9mber"}]}, "characters outside the vocabulary"),
     ({"inputs": [{"text": "x" * (MAX_CHARS + 1)}]}, f"more than the limit of {MAX_CHARS}"),
     ({"inputs": []}, '"inputs": a non-empty list'),
-    ({"inputs": [{"index": 3}]}, "fields text"),
+    ({"inputs": [{"index": 3}]}, "fields target, text"),
     ({"inputs": ["a"] * 5}, "at most 4 inputs"),
     ({"nothing": 1}, '"inputs"'),
     ({"inputs": ["a"], "more": 1}, 'one key, "inputs"'),

@@ -7,6 +7,7 @@
     npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
     npformer explore minilm "a sentence" --layers 4-5                # only layers 4 and 5's maps in the page
+    npformer explore runs/tabletop --target pick=6                   # explain another output: why cell 6?
 
 Without --out the file is RUN_DIR/explore.html (./explore.html for minilm and for a Hugging Face
 directory, which config.json's model_type marks: the model's folder is left as it is); the command
@@ -33,6 +34,9 @@ def add_arguments(p) -> None:
                                                       "./explore.html for minilm or a model directory)")
     p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene (default 0)")
     p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
+    p.add_argument("--target", metavar="POS=TOKEN",
+                   help="explain this output besides the prediction (shown first): POS a 0-based output position, "
+                        "or pick, place or cls; TOKEN the token's text or id, or the cell or class number")
     p.add_argument("--serve", action="store_true", help="serve the page on 127.0.0.1 and rerun the model per input")
     p.add_argument("--port", type=int, default=8765, metavar="N", help="--serve's port (default 8765)")
     p.add_argument("--layers", metavar="A-B", help="store only layers A to B's maps (0-based, inclusive) to shrink "
@@ -61,19 +65,45 @@ def run(args) -> int:
     if not args.serve and not out.parent.is_dir():
         raise CLIError(f"directory does not exist: {out.parent}")
     layers = _layers(args.layers)
+    if args.target is not None:
+        _check_target(args.target, model)
     ex = open_explorer(args.source)
     ex.layers = layers
     inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction)
+    for one in inputs if args.target is not None else ():
+        one["target"] = args.target
     if args.serve:
         return _serve(ex, inputs, args.port)
     from ..explore.render import render_html
 
-    payload = ex.payload(inputs)
+    payload = _payload(ex, inputs)
     _say_truncated(payload)
     html = render_html(payload)
     atomic_write_bytes(out, html.encode("utf-8"))
     print(out)
     return 0
+
+
+def _check_target(spec: str, bert: bool) -> None:
+    """--target's form (POS=TOKEN), before the model loads; whether POS and TOKEN exist is the model's to say."""
+    from ..explore.targets import TargetError, split_target
+
+    if bert:
+        raise CLIError("--target is for trained runs: minilm's (or a BERT-family model's) targets are [CLS] and the "
+                       "mean-pooled embedding")
+    try:
+        split_target(spec)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
+
+
+def _payload(ex, inputs) -> dict:
+    from ..explore.targets import TargetError
+
+    try:
+        return ex.payload(inputs)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
 
 
 def _layers(text: str | None) -> tuple[int, int] | None:
@@ -99,9 +129,12 @@ def _say_truncated(payload: dict) -> None:
 
 def _serve(ex, inputs, port: int) -> int:
     from ..explore.serve import ExploreServer
+    from ..explore.targets import TargetError
 
     try:
         server = ExploreServer(ex, inputs, port)
+    except TargetError as e:
+        raise CLIError(f"--{e}") from None
     except OSError as e:
         if e.errno in (98, 48, 10048):                               # EADDRINUSE (Linux, macOS, Windows)
             raise CLIError(f"port {port} is in use on 127.0.0.1: choose another with --port") from None

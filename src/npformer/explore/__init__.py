@@ -3,6 +3,9 @@
     capture.py     q, k, v, weights and scale of every attention op, read from one forward's caches
     relevance.py   attention rollout (Abnar & Zuidema 2020) and gradient-weighted relevance
                    (Chefer, Gur & Wolf 2021) through npformer's own backward
+    knockout.py    head knock-outs: each head's slice zeroed, one forward each, measured on every target
+    targets.py     which outputs are explained: the prediction, 4 alternatives, --target POS=TOKEN
+    arrays.py      arrays in the JSON (encode_array, decode_array)
     payload.py     the page's data (docs/EXPLORE_FORMAT.md) for each model kind, and the training probe
     arrays.py      arrays in the page's JSON: base64, 8-bit maps, zlib-compressed float32 byte planes
     kinds.py, words.py   token kinds from labels; word pieces as words, and where a long text was cut

@@ -29,7 +29,9 @@ import numpy as np
 
 from ..train.probe import unit_to_u8
 from . import capture as cap
+from . import knockout as ko
 from . import relevance as rel
+from . import targets as tg
 from .arrays import decode_array as decode_array  # re-exported: tests and clients read arrays with it
 from .arrays import encode_array
 from .arrays import map_array as _map_array
@@ -85,8 +87,23 @@ def group_json(name: str, g: cap.GroupParts, query_tokens, key_tokens, query_kin
     }
 
 
-def _target(name: str, group: str, query: int | None, detail: str) -> dict:
-    return {"name": name, "group": group, "query": query, "detail": detail}
+def _target(name: str, group: str, query: int | None, detail: str, t: tg.Target | None = None,
+            position: str = "", token: str = "") -> dict:
+    """One target of the page (docs/EXPLORE_FORMAT.md); ``t``: which output it is, for the selector."""
+    out = {"name": name, "group": group, "query": query, "detail": detail}
+    if t is not None:
+        out.update(position=position, token=token, id=t.id, rank=t.rank, chosen=t.chosen)
+    return out
+
+
+def _chosen(inp: dict, positions, tokens: dict, n_ids: int, what: str) -> tuple[int, int] | None:
+    """The input's "target" (POS=TOKEN) as (slot, id), or None: the default targets."""
+    spec = inp.get("target")
+    return None if spec is None or spec == "" else tg.resolve(spec, positions, tokens, n_ids, what)
+
+
+def _text_ids(vocab, n_ids: int) -> dict[str, int]:
+    return {lab: i for i, lab in enumerate(_char_labels(vocab, range(n_ids)))}
 
 
 def _one_hot(shape, index) -> np.ndarray:
@@ -189,7 +206,7 @@ class Seq2SeqExplorer(RunExplorer):
     """An encoder-decoder run (dates, copy): translate greedily, then look at the forward over the
     source and what the decoder read."""
 
-    fields = [{"name": "text", "label": "source text", "kind": "text", "default": ""}]
+    fields = [{"name": "text", "label": "source text", "kind": "text", "default": ""}, tg.FIELD]
 
     def default_inputs(self) -> list[dict]:
         task = self.run.task
@@ -214,15 +231,25 @@ class Seq2SeqExplorer(RunExplorer):
                                                     "decoder cross": None})
         src_lab, read, wrote = _char_labels(vocab, src[0]), _char_labels(vocab, tgt_in[0]), _char_labels(vocab, out)
         relevance: dict[str, dict]
-        targets, relevance = [], {name: {} for name in groups}
-        c = model.config
-        for t in range(min(n, MAX_TARGETS)):
-            name = f"output {t + 1}: {wrote[t]}"
-            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, t, int(out[t]))), cache)
+        targets, relevance, names = [], {name: {} for name in groups}, []
+        c, n_t, n_ids = model.config, min(n, MAX_TARGETS), logits.shape[-1]
+        choices = tg.choose(logits[0, :n_t], out, _chosen(inp, n_t, _text_ids(vocab, n_ids), n_ids, "token"))
+        for ch in choices:
+            tok = _char_labels(vocab, [ch.id])[0]
+            name = f"output {ch.slot}: {tok}{tg.suffix(ch)}"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.slot, ch.id)), cache)
             r = _seq2seq_relevance(groups, grads, c)
             for g in groups:
                 relevance[g][name] = r[g]
-            targets.append(_target(name, "decoder cross", t, f"logit of {wrote[t]!r} at output position {t + 1}"))
+            names.append(name)
+            targets.append(_target(name, "decoder cross", ch.slot, f"logit of {tok!r} at output position {ch.slot} "
+                                   "(0-based)", ch, f"output {ch.slot}", tok))
+        slots = [ch.slot for ch in choices]
+        knock = ko.knockout_json(model, "transformer", groups,
+                                 lambda k: model.forward(np.repeat(src, k, 0), np.repeat(tgt_in, k, 0))[0],
+                                 choices, relevance, names, {"encoder self": [None] * len(names),
+                                                             "decoder self": slots, "decoder cross": slots},
+                                 labels=_char_labels(vocab, range(n_ids)))
         jsons = [group_json("encoder self", groups["encoder self"], src_lab, src_lab, _char_kinds(src_lab),
                             _char_kinds(src_lab), relevance["encoder self"]),
                  group_json("decoder self", groups["decoder self"], read, read, _char_kinds(read), _char_kinds(read),
@@ -230,7 +257,7 @@ class Seq2SeqExplorer(RunExplorer):
                  group_json("decoder cross", groups["decoder cross"], wrote, src_lab, _char_kinds(wrote),
                             _char_kinds(src_lab), relevance["decoder cross"])]
         return {"label": text, "output": task.decode_target(out), "targets": targets, "groups": jsons,
-                "image": None, "meta": {"output tokens": int(n)}}
+                "image": None, "meta": {"output tokens": int(n)}, "knockout": knock}
 
     def probe_labels(self, inputs, group):
         vocab = self.run.task.vocab
@@ -257,7 +284,7 @@ def _seq2seq_relevance(groups: dict, grads: dict, c) -> dict:
 class LMExplorer(RunExplorer):
     """A language-model run (text): causal self-attention over the prompt; the target is the next character."""
 
-    fields = [{"name": "text", "label": "prompt", "kind": "text", "default": ""}]
+    fields = [{"name": "text", "label": "prompt", "kind": "text", "default": ""}, tg.FIELD]
 
     def default_inputs(self) -> list[dict]:
         return [{"text": "".join(self.run.task.vocab.chars[:8])}]
@@ -272,17 +299,28 @@ class LMExplorer(RunExplorer):
         logits, cache = model.forward(ids[None])                              # (1, T, V)
         t = len(ids)
         groups = cap.capture("decoder_lm", cache, {"self": cap.causal(t)})
-        nxt = int(logits[0, -1].argmax())
+        nxt, n_ids = int(logits[0, -1].argmax()), logits.shape[-1]
         lab = _char_labels(task.vocab, ids)
         nxt_lab = _char_labels(task.vocab, [nxt])[0]
-        grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, t - 1, nxt)), cache)
-        name = f"next: {nxt_lab}"
-        r = rel.self_relevance(groups["self"].weights, rel.stacked(grads, "blocks", model.config.n_layers))
+        chosen = _chosen(inp, t, _text_ids(task.vocab, n_ids), n_ids, "token")
+        choices = tg.choose(logits[0], logits[0].argmax(-1), chosen, slots=[t - 1])
+        targets, relevance, names = [], {}, []
+        for ch in choices:
+            tok = _char_labels(task.vocab, [ch.id])[0]
+            where = "next" if ch.slot == t - 1 else f"after position {ch.slot}"
+            name = f"{where}: {tok}{tg.suffix(ch)}"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.slot, ch.id)), cache)
+            relevance[name] = rel.self_relevance(groups["self"].weights,
+                                                 rel.stacked(grads, "blocks", model.config.n_layers))
+            names.append(name)
+            targets.append(_target(name, "self", ch.slot, f"logit of the character {tok!r} after position {ch.slot}",
+                                   ch, f"position {ch.slot}", tok))
+        knock = ko.knockout_json(model, "decoder_lm", groups, lambda k: model.forward(np.repeat(ids[None], k, 0))[0],
+                                 choices, {"self": relevance}, names, {"self": [ch.slot for ch in choices]},
+                                 labels=_char_labels(task.vocab, range(n_ids)))
         kinds = _char_kinds(lab)
-        return {"label": text, "output": nxt_lab, "meta": {"tokens": t},
-                "targets": [_target(name, "self", t - 1,
-                                    f"logit of the next character {nxt_lab!r} at the last position")],
-                "groups": [group_json("self", groups["self"], lab, lab, kinds, kinds, {name: r})], "image": None}
+        return {"label": text, "output": nxt_lab, "meta": {"tokens": t}, "targets": targets, "knockout": knock,
+                "groups": [group_json("self", groups["self"], lab, lab, kinds, kinds, relevance)], "image": None}
 
     def probe_labels(self, inputs, group):
         lab = _char_labels(self.run.task.vocab, inputs[0][0])
@@ -306,7 +344,7 @@ def _image_json(image: np.ndarray, patch: int, offset: int) -> dict:
 class ViTExplorer(RunExplorer):
     """A digits run (ViT): a test image by index; targets the predicted class and, if other, the label."""
 
-    fields = [{"name": "index", "label": "test image (index)", "kind": "int", "default": 0}]
+    fields = [{"name": "index", "label": "test image (index)", "kind": "int", "default": 0}, tg.FIELD]
 
     def default_inputs(self) -> list[dict]:
         return [{"index": 0}]
@@ -332,14 +370,20 @@ class ViTExplorer(RunExplorer):
         groups = cap.capture("vit", cache, {"self": None})
         tokens, kinds, offset = self._tokens()
         query = 0 if offset else None
-        relevance, targets = {}, []
-        for cls_id, what in [(pred, "predicted")] + ([(label, "label")] if label != pred else []):
-            name = f"class {cls_id} ({what})"
-            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, cls_id)), cache)
+        relevance, targets, names = {}, [], []
+        n_cls = logits.shape[-1]
+        choices = tg.choose(logits, [pred], _chosen(inp, {"cls": 0}, {}, n_cls, "class"), extra=((0, label),))
+        for ch in choices:
+            words = (["chosen"] if ch.chosen else []) + ["predicted" if ch.rank == 0 else f"alternative {ch.rank}"]
+            name = f"class {ch.id} ({', '.join(words + (['label'] if ch.id == label != pred else []))})"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.id)), cache)
             relevance[name] = rel.self_relevance(groups["self"].weights,
                                                  rel.stacked(grads, "encoder", model.config.n_layers))
-            targets.append(_target(name, "self", query, f"logit of class {cls_id}"))
-        return {"label": f"test image {i}", "output": f"class {pred} (label {label})",
+            names.append(name)
+            targets.append(_target(name, "self", query, f"logit of class {ch.id}", ch, "cls", str(ch.id)))
+        knock = ko.knockout_json(model, "vit", groups, lambda k: model.forward(np.repeat(x, k, 0))[0][:, None],
+                                 choices, {"self": relevance}, names, {"self": [query] * len(names)})
+        return {"knockout": knock, "label": f"test image {i}", "output": f"class {pred} (label {label})",
                 "meta": {"label": label, "predicted": pred}, "targets": targets,
                 "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
                 "image": _image_json(task.x_test[i], model.config.patch_size, offset)}
@@ -353,7 +397,7 @@ class VLAExplorer(RunExplorer):
     """A tabletop run (VLA): a scene by seed and an instruction; targets the pick and place actions."""
 
     fields = [{"name": "instruction", "label": "instruction", "kind": "text", "default": ""},
-              {"name": "seed", "label": "scene seed", "kind": "int", "default": 0}]
+              {"name": "seed", "label": "scene seed", "kind": "int", "default": 0}, tg.FIELD]
     max_inputs = 2
 
     def default_inputs(self) -> list[dict]:
@@ -386,18 +430,27 @@ class VLAExplorer(RunExplorer):
         keep[lay["words"]] = model.word_mask(words)[0]
         groups = cap.capture("vla", cache, {"self": np.broadcast_to(keep, (len(keep), len(keep)))})
         tokens, kinds = self._tokens(res["words"], words.shape[1])
-        relevance, targets = {}, []
-        for a, name in enumerate(("pick", "place")):
-            cell = res[name]
-            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, a, cell)), cache)
+        relevance, targets, names = {}, [], []
+        n_cells = logits.shape[-1]
+        choices = tg.choose(logits[0], [res["pick"], res["place"]],
+                            _chosen(inp, {"pick": 0, "place": 1}, {}, n_cells, "cell"))
+        for ch in choices:
+            action = ("pick", "place")[ch.slot]
+            name = action if ch.rank == 0 and not ch.chosen else f"{action}: cell {ch.id}{tg.suffix(ch)}"
+            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.slot, ch.id)), cache)
             relevance[name] = rel.self_relevance(groups["self"].weights,
                                                  rel.stacked(grads, "encoder", model.config.n_layers))
-            targets.append(_target(name, "self", a, f"logit of the predicted {name} cell {cell}"))
+            names.append(name)
+            targets.append(_target(name, "self", ch.slot, f"logit of {action} cell {ch.id}", ch, action, str(ch.id)))
+        image = scene.image[None].astype(model.dtype)                        # (1, H, W, 3)
+        knock = ko.knockout_json(model, "vla", groups,
+                                 lambda k: model.forward(np.repeat(words, k, 0), np.repeat(image, k, 0))[0],
+                                 choices, {"self": relevance}, names, {"self": [ch.slot for ch in choices]})
         meta = {k: res[k] for k in ("pick", "place", "true_pick", "true_place")}
         meta.update(seed=seed, p_pick=round(res["p_pick"], 4), p_place=round(res["p_place"], 4))
         return {"label": f"scene {seed}: {instruction}",
                 "output": f"pick cell {res['pick']}, place cell {res['place']}",
-                "meta": meta, "targets": targets,
+                "meta": meta, "targets": targets, "knockout": knock,
                 "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
                 "image": _image_json(scene.image, model.config.patch_size, lay["patches"].start)}
 
@@ -471,12 +524,18 @@ class MiniLMExplorer(Explorer):
             relevance[name] = rel.self_relevance(groups["self"].weights,
                                                  rel.stacked(grads, "", model.config.num_hidden_layers))
             targets.append(_target(name, "self", query, detail))
+
+        def vectors(k):                                                       # (k, 2, E): [CLS], mean pooled
+            hk = model.forward(np.repeat(ids[None], k, 0))[0]                 # (k, T, E)
+            return np.stack([hk[:, 0], hk.mean(axis=1)], axis=1)
+        knock = ko.knockout_json(model, "bert", groups, vectors, [], {"self": relevance}, ["[CLS]", "mean pooled"],
+                                 {"self": [0, None]}, vectors=True)
         kinds = ["special" if p in ("[CLS]", "[SEP]", "<s>", "</s>") else "word" for p in pieces]
         g = group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)
         g.update(word_fields(pieces, pieces))
         tok = self.encoder.tokenizer
         return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
-                "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets,
+                "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets, "knockout": knock,
                 "groups": [g], "image": None,
                 "truncated": truncation(text, tok.spans([text])[0], pieces, tok.max_length)}
 

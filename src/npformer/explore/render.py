@@ -21,7 +21,7 @@ _SLOTS = ("__EXPLORE_TITLE__", "/*__EXPLORE_CSS__*/", "/*__EXPLORE_JS__*/", "__E
 # the page's scripts, inlined in this order into the one <script> element: explore.js first (the shared state
 # and the views); each later file adds views through the hooks explore.js offers
 # timeline.js: the causal LM's generation timeline; svg.js last: it records what every view draws
-_SCRIPTS = ("explore.js", "units.js", "blocks.js", "timeline.js", "svg.js")
+_SCRIPTS = ("explore.js", "units.js", "blocks.js", "timeline.js", "knockout.js", "svg.js")
 
 
 def _page_file(name: str) -> str:

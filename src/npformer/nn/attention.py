@@ -64,6 +64,10 @@ class MultiHeadAttention(Module):
     # When True, backward also returns d loss / d weights (B, H, Tq, Tk) in grads under "attention_weights"
     # (not a parameter): npformer.explore sets it for one backward to compute Chefer et al.'s relevance.
     report_weights_grad = False
+    # None, or 0/1 per head, (H,) or (B, H): each head's output is multiplied by it before the heads are merged
+    # and projected, in forward and backward alike. npformer.explore.knockout sets it on an instance for the
+    # forwards that knock one head out; training never sets it.
+    head_mask: np.ndarray | None = None
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0,
                  rng: np.random.Generator | None = None, dtype: DTypeLike = np.float32) -> None:
@@ -133,9 +137,13 @@ class MultiHeadAttention(Module):
         else:
             heads, _, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
                                                     dropout_p=p, rng=rng)     # (B, H, Tq, D)
+        head_mask = None
+        if self.head_mask is not None:
+            head_mask = np.asarray(self.head_mask, dtype=heads.dtype)[..., None, None]   # (H, 1, 1) or (B, H, 1, 1)
+            heads = heads * head_mask                              # (B, H, Tq, D)
         merged = merge_heads(heads)                                # (B, Tq, E)
         out, out_cache = self.out_proj.forward(merged)             # (B, Tq, E)
-        cache = (x_kv is None, proj_cache, att_cache, out_cache)
+        cache = (x_kv is None, proj_cache, att_cache, out_cache, head_mask)
         return out, cache
 
     @staticmethod
@@ -154,12 +162,14 @@ class MultiHeadAttention(Module):
 
     def backward(self, dout: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """Returns ((dx_q, dx_kv), grads); dx_kv is None for self-attention (it is all in dx_q)."""
-        is_self, proj_cache, att_cache, out_cache = cache
+        is_self, proj_cache, att_cache, out_cache, head_mask = cache
         if proj_cache is None:
             raise RuntimeError("no backward through precomputed keys/values (inference-only path)")
         h = self.n_heads
         dmerged, g_out = self.out_proj.backward(dout, out_cache)   # (B, Tq, E)
         dheads = split_heads(dmerged, h)                           # (B, H, Tq, D)
+        if head_mask is not None:
+            dheads = dheads * head_mask                            # a knocked-out head passes no gradient
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
         if self.report_weights_grad:
             _check_weights_kept(att_cache)

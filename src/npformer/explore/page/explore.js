@@ -1101,7 +1101,13 @@
   // A picker for the explanation's target.
   function targetPicker() {
     const pick = el("select", { id: "target-select" });
-    targets().forEach((t, n) => option(pick, n, t.name));
+    let box = pick, at;
+    targets().forEach((t, n) => {
+      // a target with a position (the prediction and its alternatives there) sits in that position's group
+      const where = t.chosen ? "chosen" : t.position;
+      if (where !== undefined && where !== at) { box = pick.appendChild(el("optgroup", { label: where })); at = where; }
+      option(box, n, t.name);
+    });
     if (!targets().length) option(pick, 0, "query token " + S.query);
     pick.value = S.target;
     pick.addEventListener("change", () => {
@@ -1506,7 +1512,7 @@
         // no maxLength: the server checks the length and its error is shown on the page
         if (f.kind !== "int") inputEl.title = "at most " + serve.max_input_chars + " characters";
         const start = k < S.payload.inputs.length ? (prev !== undefined && prev !== null ? prev :
-          (f.kind === "int" ? f.default : S.payload.inputs[k].label)) : (k === 0 ? f.default : "");
+          (f.kind === "int" || f.optional ? f.default : S.payload.inputs[k].label)) : (k === 0 ? f.default : "");
         inputEl.value = start === undefined || start === null ? "" : start;
         span.append(el("label", { text: f.label + " " }), inputEl, " ");
       }
@@ -1522,9 +1528,12 @@
       let empty = true;
       for (const f of serve.fields) {
         const v = span.querySelector("input[name='" + f.name + "']").value;
-        if (f.kind === "int") { if (v !== "") one[f.name] = parseInt(v, 10); } else { one[f.name] = v; if (v.trim()) empty = false; }
+        // an optional field (the target) goes only when filled in, and alone makes no input
+        if (f.optional) { if (v.trim()) one[f.name] = v; } else if (f.kind === "int") { if (v !== "") one[f.name] = parseInt(v, 10); }
+        else { one[f.name] = v; if (v.trim()) empty = false; }
       }
-      if (!empty || (serve.fields.every((f) => f.kind === "int") && Object.keys(one).length)) inputs.push(one);
+      const needed = serve.fields.filter((f) => !f.optional);
+      if (!empty || (needed.every((f) => f.kind === "int") && needed.some((f) => f.name in one))) inputs.push(one);
     }
     $("serve-status").textContent = "running the model\u2026";
     showError("");
@@ -1617,6 +1626,6 @@
                           input: input, group: group, el: el, makeCanvas: makeCanvas, keyboardCanvas: keyboardCanvas,
                           fmt: fmt, numCell: numCell, heat: heat, headColour: headColour, headWeights: headWeights,
                           shortToken: shortToken, decodeArray: decodeArray, arr: arr, download: download,
-                          baseName: baseName, showError: showError };
+                          baseName: baseName, showError: showError, targets: targets, targetPicker: targetPicker };
   start().catch((e) => showError("The page failed to load its data: " + e.message));
 })();
