@@ -273,8 +273,8 @@ def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarra
     y = np.empty_like(flat)                                       # (N,)
     cdf = np.empty_like(flat)                                     # (N,) Phi(x), kept for the backward
     tail = np.empty(flat.shape, dtype=bool)                       # (N,) x below _GELU_TAIL32
-    # large arrays: spans of the same blocks on a few threads (ops/parallel.py), the same bits
-    spans = parallel.map_rows if parallel.large(flat.size) else _one_span
+    # large arrays, several threads: spans of the same blocks on each (ops/parallel.py), the same bits
+    spans = parallel.map_rows if parallel.blocked(flat) else _one_span
     spans(_gelu32_span, flat.size, 1, flat, y, cdf, tail)
     idx = np.flatnonzero(tail)                                    # (n,) few for typical activations
     if idx.size:
@@ -293,7 +293,7 @@ def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.nd
     cf = cdf.reshape(-1)
     dyf = np.ascontiguousarray(dy).reshape(-1)                    # (N,)
     dx = np.empty_like(xf)                                        # (N,)
-    spans = parallel.map_rows if parallel.large(xf.size) else _one_span
+    spans = parallel.map_rows if parallel.blocked(xf) else _one_span
     spans(_gelu32_backward_span, xf.size, 1, xf, cf, dyf, dx)
     return dx.reshape(x.shape)
 

@@ -34,7 +34,7 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     e = workspace.empty(logits.shape, logits.dtype)                # (N, C)
     z_t, s = np.empty(n, logits.dtype), np.empty(n, logits.dtype)  # (N,) each
     z_mean = np.empty(n, logits.dtype) if label_smoothing > 0.0 else None   # (N,)
-    if parallel.blocked(logits):                                   # large: row blocks on a few threads
+    if parallel.blocked(logits, one_thread_from=parallel.ONE_THREAD_MIN):   # large: row blocks
         parallel.map_rows(_exp_shifted, n, c, logits, safe_t, e, z_t, z_mean, s)
     else:
         _exp_shifted(slice(0, n), logits, safe_t, e, z_t, z_mean, s)

@@ -32,6 +32,7 @@ from typing import Any
 
 BLOCK_ELEMENTS = 1 << 16      # per block: 256 KiB of float32, so a block's passes stay in L2
 MIN_ELEMENTS = 1 << 17        # below this an array takes the reference path (measured: docs/DESIGN.md)
+ONE_THREAD_MIN = 1 << 19      # 2 MiB of float32: on one thread, multi-pass ops gain from blocks from here
 
 _local = threading.local()    # .threads: limit(n)'s setting; .inside: running a block now
 _blas_libs: list | None = None
@@ -77,11 +78,19 @@ def large(size: int) -> bool:
     return size >= MIN_ELEMENTS
 
 
-def blocked(x: Any, *others: Any) -> bool:
+def blocked(x: Any, *others: Any, one_thread_from: int | None = None) -> bool:
     """Whether an op on ``x`` (and arrays of its shape ``others``; None entries are skipped) takes
-    row blocks: ``x`` large, and all C-contiguous so that rows are plain (R, N) views."""
-    return (large(x.size) and x.ndim > 0 and x.shape[-1] > 0
-            and all(a is None or (a.flags.c_contiguous and a.shape == x.shape) for a in (x, *others)))
+    row blocks: ``x`` large, and all C-contiguous so that rows are plain (R, N) views.
+
+    one_thread_from: on one thread, the size from which blocks still pay (several passes over an
+    array larger than L2 run faster a cache-sized block at a time); None: never (blocks on one
+    thread only add calls). Ops whose blocked result differs from the reference's in its last bits
+    (dropout's streams, layer norm's cross-row sums) pass 0: blocked by size alone, whatever the
+    thread count, so that the thread count never changes a result."""
+    if not (large(x.size) and x.ndim > 0 and x.shape[-1] > 0
+            and all(a is None or (a.flags.c_contiguous and a.shape == x.shape) for a in (x, *others))):
+        return False
+    return threads() > 1 or (one_thread_from is not None and x.size >= one_thread_from)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.nd
     A row that is all -inf (every key masked) gives a row of zeros, not NaN.
     ``out`` may be ``x`` itself to work in place.
     """
-    if parallel.blocked(x, out):
+    if parallel.blocked(x, out, one_thread_from=parallel.ONE_THREAD_MIN):
         y = np.empty_like(x) if out is None else out                # (..., N)
         n = x.shape[-1]
         x2, y2 = x.reshape(-1, n), y.reshape(-1, n)                 # (R, N) views
@@ -51,7 +51,7 @@ def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None =
     """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
     ``out`` may be ``dy`` itself to work in place."""
     y = cache
-    if parallel.blocked(dy, y, out):
+    if parallel.blocked(dy, y, out, one_thread_from=parallel.ONE_THREAD_MIN):
         dx = np.empty_like(dy) if out is None else out              # (..., N)
         n = dy.shape[-1]
         dy2, y2, dx2 = (a.reshape(-1, n) for a in (dy, y, dx))      # (R, N) views

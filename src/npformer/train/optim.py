@@ -78,9 +78,9 @@ class Adam:
             wd = self.weight_decay if self.decay[k] else 0.0
             coef = (lr, wd, self.decoupled, b1, b2, bc1, sqrt_bc2, self.eps)
             m, v = self.m[k], self.v[k]
-            if parallel.large(p.size) and all(a.flags.c_contiguous for a in (p, g, m, v)):
+            flat = [a.reshape(-1) for a in (p, g, m, v)] if all(a.flags.c_contiguous for a in (p, g, m, v)) else None
+            if flat is not None and parallel.blocked(*flat, one_thread_from=parallel.ONE_THREAD_MIN):
                 # large: the same update on flat blocks on a few threads (ops/parallel.py), the same bits
-                flat = [a.reshape(-1) for a in (p, g, m, v)]            # (P,) views
                 parallel.map_rows(_update_block, p.size, 1, *flat, coef)
             else:
                 # two scratch arrays like p; large ones are reused from step to step (ops/workspace.py)
