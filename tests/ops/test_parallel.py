@@ -202,6 +202,16 @@ def test_relu_and_gelu_twins(small_blocks):
     assert_twin(*both(lambda d: gelu_backward(d, gelu_forward(x)[1]), dy), "gelu_backward")
 
 
+def test_residual_add_twin(small_blocks):
+    rng = np.random.default_rng(10)
+    a, b = f32(rng, 5, 47, 19), f32(rng, 5, 47, 19)
+    ref, fast = both(parallel.add, a, b)
+    assert_twin(ref, fast, "add")
+    assert all(np.array_equal(f, a + b) for f in fast)
+    c = a.copy()
+    assert on_threads(2, parallel.add, c, b, c) is c and np.array_equal(c, a + b)   # in place
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_cross_entropy_twin(small_blocks, smoothing):
     rng = np.random.default_rng(4)

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 BLOCK_ELEMENTS = 1 << 16      # per block: 256 KiB of float32, so a block's passes stay in L2
 MIN_ELEMENTS = 1 << 17        # below this an array takes the reference path (measured: docs/DESIGN.md)
 ONE_THREAD_MIN = 1 << 19      # 2 MiB of float32: on one thread, multi-pass ops gain from blocks from here
@@ -190,3 +192,18 @@ def map_rows(fn: Callable[..., Any], n_rows: int, row_size: int, *args: Any) -> 
         q.put(job)
     job.work()
     return job.wait()
+
+
+def add(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """a + b for two arrays of one shape and dtype (a residual sum), on row blocks when large:
+    the same bits as ``np.add(a, b, out=out)``, which it is otherwise."""
+    if a.shape == b.shape and a.dtype == b.dtype and blocked(a, b, out):
+        out = np.empty_like(a) if out is None else out                  # (..., N)
+        n = a.shape[-1]
+        map_rows(_add_block, a.size // n, n, a.reshape(-1, n), b.reshape(-1, n), out.reshape(-1, n))
+        return out
+    return np.add(a, b, out=out)
+
+
+def _add_block(rows: slice, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.add(a[rows], b[rows], out=out[rows])
