@@ -9,6 +9,7 @@ against the reference path; gradients that are exactly zero stay exactly zero.""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -94,6 +95,17 @@ def test_a_call_from_inside_a_block_runs_inline(small_blocks):
     x = np.ones((4, 640))
     out = on_threads(2, parallel.map_rows, _nested, 4, 640, x)
     assert len(out) == 4 and all(len(inner) == 4 for inner in out)
+
+
+def test_no_helper_holds_an_array_after_the_call(small_blocks):
+    """ops/workspace.py reuses an array only once nobody holds it: neither a helper that reaches
+    the job late nor an idle one may keep a job's arrays."""
+    for _ in range(20):
+        a = np.ones((50, 640))
+        ref = weakref.ref(a)
+        on_threads(3, parallel.map_rows, _block_sum, 50, 640, a)
+        del a
+        assert ref() is None
 
 
 def test_threads_follow_limit_and_bad_limits_are_refused():

@@ -158,15 +158,23 @@ class _Job:
             while self.running:
                 self.idle.wait()
             error = self.error
+            # no block can start now: let go of the arrays, which a helper that has not yet
+            # reached this job would otherwise hold (ops/workspace.py reuses only arrays nobody holds)
+            self.fn, self.args = _nothing, ()
         if error is not None:
             raise error
         return self.results
+
+
+def _nothing(*_: Any) -> None:
+    return None
 
 
 def _helper(q: queue.SimpleQueue) -> None:
     while True:
         job = q.get()                 # blocks while idle
         job.work()
+        del job                       # hold nothing while idle
 
 
 def _ensure_helpers(n: int) -> None:
