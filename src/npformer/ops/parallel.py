@@ -4,8 +4,8 @@ numpy runs each ufunc on one core; only the matrix products use the BLAS's threa
 release the GIL, though, so the same ufunc sequence run on separate contiguous blocks of an
 array's leading rows, from a few threads, uses every core. ``map_rows(fn, n_rows, row_size, *args)``
 calls ``fn(rows, *args)`` for each block ``rows`` (a slice of the leading axis) and returns the
-calls' results in block order; the ops (softmax, layer norm, dropout, ReLU, GELU, cross-entropy)
-and Adam call their own reference code on each block.
+calls' results in block order; the ops (softmax, layer norm, dropout, ReLU, GELU, cross-entropy,
+the residual sums of ``add``) and Adam call their own reference code on each block.
 
 Blocks depend only on the array's shape: about ``BLOCK_ELEMENTS`` elements of whole rows each,
 never on the thread count. A result computed row by row is then bit for bit that of the whole
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 BLOCK_ELEMENTS = 1 << 16      # per block: 256 KiB of float32, so a block's passes stay in L2
-MIN_ELEMENTS = 1 << 17        # below this an array takes the reference path (measured: docs/DESIGN.md)
+MIN_ELEMENTS = 1 << 17        # below this (two blocks) an array takes the reference path
 ONE_THREAD_MIN = 1 << 19      # 2 MiB of float32: on one thread, multi-pass ops gain from blocks from here
 
 _local = threading.local()    # .threads: limit(n)'s setting; .inside: running a block now
