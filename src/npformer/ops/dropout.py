@@ -2,10 +2,12 @@
 so the expected value is unchanged and inference needs no rescaling.
 
 Large arrays (``ops/parallel.py``) draw their mask in row blocks on a few threads: one draw from
-``rng`` gives a root seed, and block i draws from its own generator, seeded by the root seed and
-i through ``np.random.SeedSequence`` (independent streams by its construction). The mask then
-depends on the seed and the array's shape, never on the thread count; it is not the mask the one
-stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: values, keep rate,
+``rng`` gives a root seed, and block i draws from its own SFC64 generator, seeded by the root seed
+and i through ``np.random.SeedSequence`` (independent streams by its construction). Each element
+keeps when a raw 32-bit draw u is >= round(p 2^32): probability 1 - p to within 2^-33, from half
+the generator's work of a float32 uniform (two elements per 64-bit output, no conversion). The mask
+then depends on the seed and the array's shape, never on the thread count; it is not the mask the
+one stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: values, keep rate,
 independence of the blocks, any thread count).
 """
 from __future__ import annotations
@@ -31,8 +33,9 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
         mask = np.empty_like(x)                                      # (...)
         n = x.shape[-1]
         root = int(rng.integers(0, 1 << 63))
+        cut = np.uint32(min(round(p * 2.0**32), 2**32 - 1))        # keep where a 32-bit draw is >= cut
         x2, y2, mask2 = (a.reshape(-1, n) for a in (x, y, mask))     # (R, N) views
-        parallel.map_rows(_forward_block, x2.shape[0], n, x2, p, scale, root, parallel.rows_per_block(n), y2, mask2)
+        parallel.map_rows(_forward_block, x2.shape[0], n, x2, cut, scale, root, parallel.rows_per_block(n), y2, mask2)
         return y, mask
     # float32 draws (half the generator's work of float64) for any x; keep * scale makes the
     # (0 or scale) mask in x's dtype in one pass
@@ -40,13 +43,13 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
     return np.multiply(x, mask, out=out), mask
 
 
-def _forward_block(rows: slice, x2: np.ndarray, p: float, scale: np.floating, root: int, per_block: int,
+def _forward_block(rows: slice, x2: np.ndarray, cut: np.uint32, scale: np.floating, root: int, per_block: int,
                    y2: np.ndarray, mask2: np.ndarray) -> None:
     """One block's mask from its own stream (block rows.start // per_block), and y = x * mask."""
-    g = np.random.Generator(np.random.PCG64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,))))
+    bits = np.random.SFC64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,)))
     m = mask2[rows]                                                  # (r, N)
-    u = g.random(m.shape, dtype=np.float32)                          # (r, N) uniform in [0, 1)
-    np.multiply(u >= np.float32(p), scale, out=m)                    # 0 or scale
+    u = bits.random_raw((m.size + 1) // 2).view(np.uint32)[: m.size].reshape(m.shape)   # (r, N) 32-bit draws
+    np.multiply(u >= cut, scale, out=m)                              # 0 or scale
     np.multiply(x2[rows], m, out=y2[rows])
 
 
