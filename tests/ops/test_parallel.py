@@ -8,7 +8,9 @@ and torch's autograd in float64 through the blocked path; a whole model's gradie
 against the reference path; gradients that are exactly zero stay exactly zero."""
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -106,6 +108,24 @@ def test_no_helper_holds_an_array_after_the_call(small_blocks):
         on_threads(3, parallel.map_rows, _block_sum, 50, 640, a)
         del a
         assert ref() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_its_own_helpers(small_blocks):
+    on_threads(2, parallel.map_rows, _block_sum, 20, 640, np.ones((20, 640)))   # helpers in the parent
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)         # 3.12 on: fork of a threaded process
+        pid = os.fork()
+    if pid == 0:                                                  # the child: parent's helpers are gone
+        code = 1
+        try:
+            gone = not parallel._helpers
+            out = on_threads(2, parallel.map_rows, _block_sum, 20, 640, np.ones((20, 640)))
+            code = 0 if gone and len(out) == 20 and len(parallel._helpers) == 1 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_threads_follow_limit_and_bad_limits_are_refused():

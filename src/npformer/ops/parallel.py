@@ -177,6 +177,17 @@ def _helper(q: queue.SimpleQueue) -> None:
         del job                       # hold nothing while idle
 
 
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helper threads do not exist here; start new ones when needed."""
+    global _lock
+    _lock = threading.Lock()
+    _helpers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
 def _ensure_helpers(n: int) -> None:
     with _lock:
         while len(_helpers) < n:
