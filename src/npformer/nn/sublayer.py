@@ -4,7 +4,8 @@
     pre-LN  (``norm_first=True``):              out = x + Dropout(F(LayerNorm(x)))
 
 Every path runs its block through ``sublayer_forward``: training (``EncoderLayer``/``DecoderLayer``),
-packed inference (``fast=True``) and KV-cache decoding. Only F differs between them.
+packed inference (``fast=True``) and KV-cache decoding. Only F differs between them. The residual
+sums of large arrays run on row blocks on a few threads (``ops/parallel.py add``, the same bits).
 Dimension legend: ``...`` leading dims, E model width.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..ops import layernorm_inference
+from ..ops import layernorm_inference, parallel
 from .module import add_grads
 
 if TYPE_CHECKING:
@@ -45,11 +46,11 @@ def sublayer_forward(x: np.ndarray, fn: Callable[..., tuple], norm: LayerNorm, d
         h, cn = _norm(norm, x, fast, in_place=False)               # (..., E); x stays for the residual
         y, cf = fn(h)                                              # (..., E)
         y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)   # in place: y is F's fresh output
-        y += x                                                     # x + Dropout(F(LN(x)))
+        parallel.add(y, x, out=y)                                  # x + Dropout(F(LN(x))), in place
         return y, SublayerCache(cn, cf, cd)
     y, cf = fn(x)                                                  # (..., E)
     y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)  # in place: y is F's fresh output
-    y += x                                                         # x + Dropout(F(x)), a fresh array
+    parallel.add(y, x, out=y)                                      # x + Dropout(F(x)), in place
     out, cn = _norm(norm, y, fast, in_place=True)                  # LN(x + Dropout(F(x)))
     return out, SublayerCache(cn, cf, cd)
 
@@ -63,13 +64,13 @@ def sublayer_backward(dout: np.ndarray, cache: SublayerCache, fn_backward: Calla
         d, g_fn = fn_backward(dy, cache.fn)
         dh, more = (d[0], d[1:]) if isinstance(d, tuple) else (d, None)
         dx_norm, g_norm = norm.backward(dh, cache.norm)
-        dx = dout + dx_norm                                        # the residual path adds dout
+        dx = parallel.add(dout, dx_norm)                           # the residual path adds dout
     else:
         ds, g_norm = norm.backward(dout, cache.norm)               # through LN to the residual sum
         dy, _ = dropout.backward(ds, cache.drop)
         d, g_fn = fn_backward(dy, cache.fn)
         dh, more = (d[0], d[1:]) if isinstance(d, tuple) else (d, None)
-        dx = ds + dh
+        dx = parallel.add(ds, dh)
     grads: dict = {}
     add_grads(grads, g_norm, names[0])
     add_grads(grads, g_fn, names[1])

@@ -20,9 +20,12 @@ matrix products of a BERT-sized encoder. The coefficients come from
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
+
+from . import parallel
 
 # erf(x) ~ x P(x^2) / Q(x^2) on [0, 4], float32 path (monomial coefficients, low order first)
 _P = np.array([1.128379139387841, 0.19354420385032708, 0.05310163072817995, 0.0038833065495786495,
@@ -105,6 +108,45 @@ def _odd_rational32(x: np.ndarray, out: np.ndarray, s: _Scratch32, pc: np.ndarra
 def _blocks(n: int) -> Iterator[slice]:
     for start in range(0, n, _BLOCK):
         yield slice(start, min(start + _BLOCK, n))
+
+
+def _one_span(fn: Callable[..., None], n: int, row_size: int, *args: Any) -> None:
+    """``parallel.map_rows``'s call for a small array: fn on all of it, on this thread."""
+    fn(slice(0, n), *args)
+
+
+def _span_blocks(span: slice) -> Iterator[slice]:
+    for start in range(span.start, span.stop, _BLOCK):
+        yield slice(start, min(start + _BLOCK, span.stop))
+
+
+def _gelu32_span(span: slice, flat: np.ndarray, y: np.ndarray, cdf: np.ndarray, tail: np.ndarray) -> None:
+    """The float32 GELU forward of flat[span] into y, cdf (Phi) and tail (x below _GELU_TAIL32)."""
+    s = _Scratch32(span.stop - span.start, 3, u_max=32.0)         # x^2 / 2 clamped at 4^2, as in erf
+    with np.errstate(over="ignore"):
+        for sl in _span_blocks(span):
+            xs, cs = flat[sl], cdf[sl]
+            _odd_rational32(xs, cs, s, _PG32, _QG32)              # Phi - 1/2
+            cs += np.float32(0.5)
+            np.minimum(cs, s.one[: cs.size], out=cs)              # large x: Phi = 1 exactly
+            np.multiply(xs, cs, out=y[sl])
+            np.less(xs, _GELU_TAIL32, out=tail[sl])               # large -x: redone by the caller
+
+
+def _gelu32_backward_span(span: slice, xf: np.ndarray, cf: np.ndarray, dyf: np.ndarray, dx: np.ndarray) -> None:
+    """dx[span] = dy (Phi(x) + x phi(x)), float32, in cache-sized blocks."""
+    t = np.empty(min(span.stop - span.start, _BLOCK), dtype=np.float32)   # scratch block
+    c = np.float32(_RSQRT2PI)
+    with np.errstate(over="ignore", under="ignore"):
+        for sl in _span_blocks(span):
+            xs, ts = xf[sl], t[: sl.stop - sl.start]
+            np.multiply(xs, xs, out=ts)
+            ts *= np.float32(-0.5)
+            np.exp(ts, out=ts)                                    # exp(-x^2 / 2)
+            ts *= xs
+            ts *= c                                               # x phi(x)
+            ts += cf[sl]
+            np.multiply(ts, dyf[sl], out=dx[sl])
 
 
 def _erf32(x: np.ndarray) -> np.ndarray:
@@ -190,15 +232,34 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def relu_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (y, cache)."""
+    """Returns (y, cache). Large arrays: the same on row blocks on a few threads (ops/parallel.py)."""
+    if parallel.blocked(x):
+        y = np.empty_like(x)                                      # (...)
+        n = x.shape[-1]
+        parallel.map_rows(_relu_block, x.size // n, n, x.reshape(-1, n), y.reshape(-1, n))
+        return y, x
     return np.maximum(x, x.dtype.type(0)), x
+
+
+def _relu_block(rows: slice, x2: np.ndarray, y2: np.ndarray) -> None:
+    np.maximum(x2[rows], x2.dtype.type(0), out=y2[rows])
 
 
 def relu_backward(dy: np.ndarray, cache: np.ndarray) -> np.ndarray:
     """dx = dy where x > 0, else 0. A multiply by the boolean mask: numpy's ``where`` with a scalar
     takes a loop several times slower. (An inf or NaN in dy where x <= 0 gives NaN, not 0.)"""
     x = cache
+    if parallel.blocked(dy, x):
+        dx = np.empty_like(dy)                                    # (...)
+        n = dy.shape[-1]
+        parallel.map_rows(_relu_backward_block, dy.size // n, n, dy.reshape(-1, n), x.reshape(-1, n),
+                          dx.reshape(-1, n))
+        return dx
     return dy * (x > 0)                                           # (...) dy's dtype
+
+
+def _relu_backward_block(rows: slice, dy2: np.ndarray, x2: np.ndarray, dx2: np.ndarray) -> None:
+    np.multiply(dy2[rows], x2[rows] > 0, out=dx2[rows])
 
 
 def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
@@ -212,15 +273,9 @@ def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarra
     y = np.empty_like(flat)                                       # (N,)
     cdf = np.empty_like(flat)                                     # (N,) Phi(x), kept for the backward
     tail = np.empty(flat.shape, dtype=bool)                       # (N,) x below _GELU_TAIL32
-    s = _Scratch32(flat.size, 3, u_max=32.0)                      # x^2 / 2 clamped at 4^2, as in erf
-    with np.errstate(over="ignore"):
-        for sl in _blocks(flat.size):
-            xs, cs = flat[sl], cdf[sl]
-            _odd_rational32(xs, cs, s, _PG32, _QG32)              # Phi - 1/2
-            cs += np.float32(0.5)
-            np.minimum(cs, s.one[: cs.size], out=cs)              # large x: Phi = 1 exactly
-            np.multiply(xs, cs, out=y[sl])
-            np.less(xs, _GELU_TAIL32, out=tail[sl])               # large -x: redone below
+    # large arrays, several threads: spans of the same blocks on each (ops/parallel.py), the same bits
+    spans = parallel.map_rows if parallel.blocked(flat) else _one_span
+    spans(_gelu32_span, flat.size, 1, flat, y, cdf, tail)
     idx = np.flatnonzero(tail)                                    # (n,) few for typical activations
     if idx.size:
         xt = flat[idx]                                            # (n,)
@@ -238,18 +293,8 @@ def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.nd
     cf = cdf.reshape(-1)
     dyf = np.ascontiguousarray(dy).reshape(-1)                    # (N,)
     dx = np.empty_like(xf)                                        # (N,)
-    t = np.empty(min(xf.size, _BLOCK), dtype=np.float32)          # scratch block
-    c = np.float32(_RSQRT2PI)
-    with np.errstate(over="ignore", under="ignore"):
-        for sl in _blocks(xf.size):
-            xs, ts = xf[sl], t[: sl.stop - sl.start]
-            np.multiply(xs, xs, out=ts)
-            ts *= np.float32(-0.5)
-            np.exp(ts, out=ts)                                    # exp(-x^2 / 2)
-            ts *= xs
-            ts *= c                                               # x phi(x)
-            ts += cf[sl]
-            np.multiply(ts, dyf[sl], out=dx[sl])
+    spans = parallel.map_rows if parallel.blocked(xf) else _one_span
+    spans(_gelu32_backward_span, xf.size, 1, xf, cf, dyf, dx)
     return dx.reshape(x.shape)
 
 

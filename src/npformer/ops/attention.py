@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dropout import dropout_backward, dropout_forward
 from .softmax import softmax_backward, softmax_forward
 
 
@@ -70,9 +71,8 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndar
     if dropout_p > 0.0:
         if rng is None:
             raise ValueError("attention dropout needs an explicit rng")
-        keep = rng.random(weights.shape, dtype=np.float32) >= np.float32(dropout_p)  # (..., Tq, Tk)
-        drop = keep * weights.dtype.type(1.0 / (1.0 - dropout_p))   # (..., Tq, Tk) 0 or 1 / (1 - p)
-        used = weights * drop
+        # the dropout op: its mask is 0 or 1 / (1 - p); large weights draw it on row blocks (ops/parallel.py)
+        used, drop = dropout_forward(weights, dropout_p, rng)    # (..., Tq, Tk) each
     out = np.matmul(used, v)                                     # (..., Tq, Dv)
     cache = (q, k, v, weights, drop, scale)
     return out, weights, cache
@@ -84,7 +84,7 @@ def attention_weights_grad(dout: np.ndarray, cache: tuple) -> np.ndarray:
     q, k, v, weights, drop, scale = cache
     dw = np.matmul(dout, np.swapaxes(v, -1, -2))                 # (..., Tq, Tk)
     if drop is not None:
-        dw *= drop
+        dropout_backward(dw, drop, out=dw)                       # dw * mask, in place
     return dw
 
 
@@ -93,7 +93,7 @@ def attention_backward(dout: np.ndarray, cache: tuple, dweights: np.ndarray | No
     """Returns (dq, dk, dv) with the shapes of q, k, v. ``dweights``: ``attention_weights_grad(dout,
     cache)`` when the caller has computed it already (it is read, not written)."""
     q, k, v, weights, drop, scale = cache
-    used = weights if drop is None else weights * drop
+    used = dropout_backward(weights, drop)                       # (..., Tq, Tk) the weights after dropout
     dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
     if dweights is None:
         dw = attention_weights_grad(dout, cache)                 # (..., Tq, Tk), a fresh array

@@ -1,8 +1,20 @@
 """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p),
-so the expected value is unchanged and inference needs no rescaling."""
+so the expected value is unchanged and inference needs no rescaling.
+
+Large arrays (``ops/parallel.py``) draw their mask in row blocks on a few threads: one draw from
+``rng`` gives a root seed, and block i draws from its own SFC64 generator, seeded by the root seed
+and i through ``np.random.SeedSequence`` (independent streams by its construction). Each element
+keeps when a raw 32-bit draw u is >= round(p 2^32): probability 1 - p to within 2^-33, from half
+the generator's work of a float32 uniform (two elements per 64-bit output, no conversion). The mask
+then depends on the seed and the array's shape, never on the thread count; it is not the mask the
+one stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: values, keep rate,
+independence of the blocks, any thread count).
+"""
 from __future__ import annotations
 
 import numpy as np
+
+from . import parallel
 
 
 def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, training: bool = True,
@@ -16,13 +28,44 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
     if rng is None:
         raise ValueError("dropout in training needs an explicit rng (np.random.Generator)")
     scale = x.dtype.type(1.0 / (1.0 - p))
+    if parallel.blocked(x, out, one_thread_from=0):          # the mask depends on the blocks: any thread count
+        y = np.empty_like(x) if out is None else out                 # (...)
+        mask = np.empty_like(x)                                      # (...)
+        n = x.shape[-1]
+        root = int(rng.integers(0, 1 << 63))
+        cut = np.uint32(min(round(p * 2.0**32), 2**32 - 1))        # keep where a 32-bit draw is >= cut
+        x2, y2, mask2 = (a.reshape(-1, n) for a in (x, y, mask))     # (R, N) views
+        parallel.map_rows(_forward_block, x2.shape[0], n, x2, cut, scale, root, parallel.rows_per_block(n), y2, mask2)
+        return y, mask
     # float32 draws (half the generator's work of float64) for any x; keep * scale makes the
     # (0 or scale) mask in x's dtype in one pass
     mask = (rng.random(x.shape, dtype=np.float32) >= np.float32(p)) * scale  # (...)
     return np.multiply(x, mask, out=out), mask
 
 
+def _forward_block(rows: slice, x2: np.ndarray, cut: np.uint32, scale: np.floating, root: int, per_block: int,
+                   y2: np.ndarray, mask2: np.ndarray) -> None:
+    """One block's mask from its own stream (block rows.start // per_block), and y = x * mask."""
+    bits = np.random.SFC64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,)))
+    m = mask2[rows]                                                  # (r, N)
+    u = bits.random_raw((m.size + 1) // 2).view(np.uint32)[: m.size].reshape(m.shape)   # (r, N) 32-bit draws
+    np.multiply(u >= cut, scale, out=m)                              # 0 or scale
+    np.multiply(x2[rows], m, out=y2[rows])
+
+
 def dropout_backward(dy: np.ndarray, cache: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
     """dx = dy * mask; ``out`` may be ``dy`` itself (in place)."""
     mask = cache
-    return dy if mask is None else np.multiply(dy, mask, out=out)
+    if mask is None:
+        return dy
+    if parallel.blocked(dy, mask, out):
+        dx = np.empty_like(dy) if out is None else out               # (...)
+        n = dy.shape[-1]
+        dy2, mask2, dx2 = (a.reshape(-1, n) for a in (dy, mask, dx))  # (R, N) views
+        parallel.map_rows(_backward_block, dy2.shape[0], n, dy2, mask2, dx2)
+        return dx
+    return np.multiply(dy, mask, out=out)
+
+
+def _backward_block(rows: slice, dy2: np.ndarray, mask2: np.ndarray, dx2: np.ndarray) -> None:
+    np.multiply(dy2[rows], mask2[rows], out=dx2[rows])

@@ -5,12 +5,14 @@
     loss   = sum over non-ignored n of loss_n / (number of non-ignored n)
 
 Dimension legend: ``N`` rows (tokens), ``C`` classes.
+Large logits run the same row-wise code on row blocks on a few threads (``ops/parallel.py``;
+pinned by tests/ops/test_parallel.py): the same bits for every row.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import workspace
+from . import parallel, workspace
 
 
 def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
@@ -28,13 +30,14 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     # one (N, C) array in all: the shifted logits z = logits - max, then exp(z) in place. With
     # s = sum_c exp(z), -log p[n, c] = log s - z[n, c], so the loss needs only z at the targets
     # (and the row mean of z for smoothing), taken before the exp overwrites z.
-    m = logits.max(axis=-1, keepdims=True)                         # (N, 1)
-    z = np.subtract(logits, m, out=workspace.empty(logits.shape, logits.dtype))  # (N, C) <= 0: exp cannot overflow
     safe_t = np.where(valid, targets, 0)                           # (N,)
-    z_t = z[np.arange(n), safe_t]                                  # (N,)
-    z_mean = z.mean(axis=-1) if label_smoothing > 0.0 else None    # (N,)
-    e = np.exp(z, out=z)                                           # (N, C) exp(z), in place
-    s = e.sum(axis=-1)                                             # (N,)
+    e = workspace.empty(logits.shape, logits.dtype)                # (N, C)
+    z_t, s = np.empty(n, logits.dtype), np.empty(n, logits.dtype)  # (N,) each
+    z_mean = np.empty(n, logits.dtype) if label_smoothing > 0.0 else None   # (N,)
+    if parallel.blocked(logits, one_thread_from=parallel.ONE_THREAD_MIN):   # large: row blocks
+        parallel.map_rows(_exp_shifted, n, c, logits, safe_t, e, z_t, z_mean, s)
+    else:
+        _exp_shifted(slice(0, n), logits, safe_t, e, z_t, z_mean, s)
     log_s = np.log(s)                                              # (N,) log-sum-exp minus the max
     nll = log_s - z_t                                              # (N,) -log p[n, y_n]
     eps = logits.dtype.type(label_smoothing)
@@ -55,8 +58,32 @@ def cross_entropy_backward(dloss: np.ndarray | float, cache: tuple) -> np.ndarra
     n, c = e.shape
     f = e.dtype.type
     r = (valid * (f(dloss) / f(max(count, 1)))).astype(e.dtype)    # (N,) each row's weight, 0 if ignored
-    dlogits = np.multiply(e, (r / s)[:, None], out=workspace.empty(e.shape, e.dtype))  # (N, C) = softmax * r
+    dlogits = workspace.empty(e.shape, e.dtype)                    # (N, C)
+    shift = eps / f(c) * r if eps > 0 else None                    # (N,) the smoothing's share of each row
+    if parallel.blocked(e):
+        parallel.map_rows(_softmax_rows, n, c, e, r / s, shift, dlogits)
+    else:
+        _softmax_rows(slice(0, n), e, r / s, shift, dlogits)
     dlogits[np.arange(n), safe_t] -= (1 - eps) * r
-    if eps > 0:
-        dlogits -= (eps / f(c) * r)[:, None]
     return dlogits
+
+
+def _exp_shifted(rows: slice, logits: np.ndarray, safe_t: np.ndarray, e: np.ndarray, z_t: np.ndarray,
+                 z_mean: np.ndarray | None, s: np.ndarray) -> None:
+    """For the rows ``rows``: z = logits - row max, z at the targets, z's row mean (when asked for),
+    then e = exp(z) in place and its row sums s."""
+    x = logits[rows]                                               # (r, C)
+    m = x.max(axis=-1, keepdims=True)                              # (r, 1)
+    z = np.subtract(x, m, out=e[rows])                             # (r, C) <= 0: exp cannot overflow
+    z_t[rows] = z[np.arange(z.shape[0]), safe_t[rows]]             # (r,)
+    if z_mean is not None:
+        z.mean(axis=-1, out=z_mean[rows])                          # (r,)
+    np.exp(z, out=z)                                               # (r, C) exp(z), in place
+    e[rows].sum(axis=-1, out=s[rows])                              # (r,)
+
+
+def _softmax_rows(rows: slice, e: np.ndarray, w: np.ndarray, shift: np.ndarray | None, out: np.ndarray) -> None:
+    """out = e * w (each row's softmax times its weight), minus each row's smoothing share."""
+    d = np.multiply(e[rows], w[rows, None], out=out[rows])         # (r, C)
+    if shift is not None:
+        d -= shift[rows, None]

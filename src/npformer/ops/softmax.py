@@ -2,10 +2,14 @@
 
 Shapes: any leading dimensions ``...``, softmax over the last one.
 Inference attention uses the in-place numerator ``ops/inference.py softmax_numerator_`` instead.
+Large arrays run the same code on row blocks on a few threads (``ops/parallel.py``; the twin is
+pinned by tests/ops/test_parallel.py): each row's result is the same bits either way.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from . import parallel
 
 
 def softmax_forward(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -14,6 +18,21 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.nd
     A row that is all -inf (every key masked) gives a row of zeros, not NaN.
     ``out`` may be ``x`` itself to work in place.
     """
+    if parallel.blocked(x, out, one_thread_from=parallel.ONE_THREAD_MIN):
+        y = np.empty_like(x) if out is None else out                # (..., N)
+        n = x.shape[-1]
+        x2, y2 = x.reshape(-1, n), y.reshape(-1, n)                 # (R, N) views
+        parallel.map_rows(_softmax_block, x2.shape[0], n, x2, y2)
+        return y, y
+    return _softmax(x, out)
+
+
+def _softmax_block(rows: slice, x2: np.ndarray, y2: np.ndarray) -> None:
+    _softmax(x2[rows], y2[rows])
+
+
+def _softmax(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The reference forward (on the whole array, or on one block of rows)."""
     m = x.max(axis=-1, keepdims=True)                       # (..., 1)
     # an all -inf row has max -inf; subtracting it would give NaN, so use 0
     np.copyto(m, 0, where=~np.isfinite(m))
@@ -32,6 +51,21 @@ def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None =
     """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
     ``out`` may be ``dy`` itself to work in place."""
     y = cache
+    if parallel.blocked(dy, y, out, one_thread_from=parallel.ONE_THREAD_MIN):
+        dx = np.empty_like(dy) if out is None else out              # (..., N)
+        n = dy.shape[-1]
+        dy2, y2, dx2 = (a.reshape(-1, n) for a in (dy, y, dx))      # (R, N) views
+        parallel.map_rows(_softmax_backward_block, dy2.shape[0], n, dy2, y2, dx2)
+        return dx
+    return _softmax_backward(dy, y, out)
+
+
+def _softmax_backward_block(rows: slice, dy2: np.ndarray, y2: np.ndarray, dx2: np.ndarray) -> None:
+    _softmax_backward(dy2[rows], y2[rows], dx2[rows])
+
+
+def _softmax_backward(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The reference backward (on the whole array, or on one block of rows)."""
     inner = np.einsum("...i,...i->...", dy, y)[..., None]   # (..., 1)
     dx = np.subtract(dy, inner, out=out)                    # (..., N)
     dx *= y

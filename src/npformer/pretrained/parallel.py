@@ -18,6 +18,9 @@ import contextlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+from ..ops import parallel as rows
 
 _controller = None
 _lock = threading.Lock()
@@ -83,6 +86,12 @@ def _one_blas_thread():
                 _limiter = None
 
 
+def _on_one_thread(fn, item):
+    """fn(item) with the row blocks of element-wise work (ops/parallel.py) on this thread alone."""
+    with rows.limit(1):
+        return fn(item)
+
+
 def map_threads(fn, items: list, threads: int, one_blas_thread: bool = False):
     """Yields fn(item) for each item, in order, computed on ``threads`` threads when threads > 1,
     with the BLAS on one thread until the last result is taken. Inline (on the calling thread)
@@ -90,11 +99,11 @@ def map_threads(fn, items: list, threads: int, one_blas_thread: bool = False):
     if threads <= 1 or len(items) <= 1:
         with _one_blas_thread() if one_blas_thread else contextlib.nullcontext():
             for item in items:
-                yield fn(item)
+                yield _on_one_thread(fn, item) if one_blas_thread else fn(item)
         return
     with _one_blas_thread():
         pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
         try:
-            yield from pool.map(fn, items)
+            yield from pool.map(partial(_on_one_thread, fn), items)
         finally:                            # on an error or Ctrl-C, drop the pieces not started
             pool.shutdown(wait=True, cancel_futures=True)

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ops import workspace
+from ..ops import parallel, workspace
 
 
 class Adam:
@@ -75,27 +75,16 @@ class Adam:
             g = grads[k]
             if g.shape != p.shape:
                 raise ValueError(f"grad {k} has shape {g.shape}, parameter has {p.shape}")
-            f = p.dtype.type                                             # python floats -> the param dtype
             wd = self.weight_decay if self.decay[k] else 0.0
-            # two scratch arrays like p; large ones are reused from step to step (ops/workspace.py)
-            s = workspace.empty(p.shape, p.dtype)
-            denom = workspace.empty(p.shape, p.dtype)
-            if wd and self.decoupled:
-                p *= f(1.0 - lr * wd)                                    # AdamW: shrink p directly
-            elif wd:                                                     # Adam: L2 term joins the gradient
-                g = np.add(g, np.multiply(f(wd), p, out=denom), out=denom)   # (denom is free until below)
+            coef = (lr, wd, self.decoupled, b1, b2, bc1, sqrt_bc2, self.eps)
             m, v = self.m[k], self.v[k]
-            m *= f(b1)
-            m += np.multiply(f(1.0 - b1), g, out=s)
-            v *= f(b2)
-            v += np.multiply(f(1.0 - b2), np.multiply(g, g, out=s), out=s)
-            np.sqrt(v, out=denom)                                        # like p
-            denom /= f(sqrt_bc2)
-            denom += f(self.eps)
-            s = np.multiply(f(lr / bc1), m, out=s)
-            s /= denom
-            p -= s
-            del g, s, denom                                              # free for the next parameter
+            flat = [a.reshape(-1) for a in (p, g, m, v)] if all(a.flags.c_contiguous for a in (p, g, m, v)) else None
+            if flat is not None and parallel.blocked(*flat, one_thread_from=parallel.ONE_THREAD_MIN):
+                # large: the same update on flat blocks on a few threads (ops/parallel.py), the same bits
+                parallel.map_rows(_update_block, p.size, 1, *flat, coef)
+            else:
+                # two scratch arrays like p; large ones are reused from step to step (ops/workspace.py)
+                _update(p, g, m, v, coef, workspace.empty(p.shape, p.dtype), workspace.empty(p.shape, p.dtype))
 
     # -- state, as a flat dict of arrays (saved with safetensors) -----------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -129,3 +118,32 @@ class AdamW(Adam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.98), eps: float = 1e-9,
                  weight_decay: float = 0.01, decay=None) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, decay)
+
+
+def _update_block(rows: slice, p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, coef: tuple) -> None:
+    """``_update`` on the elements ``rows`` of flat views, with its own scratch."""
+    n = rows.stop - rows.start
+    _update(p[rows], g[rows], m[rows], v[rows], coef, np.empty(n, p.dtype), np.empty(n, p.dtype))
+
+
+def _update(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, coef: tuple,
+            s: np.ndarray, denom: np.ndarray) -> None:
+    """One Adam update of p, m and v in place (the formulas of the module docstring), with two
+    scratch arrays like p. coef: (lr, weight decay, decoupled, beta1, beta2, 1 - beta1^t,
+    sqrt(1 - beta2^t), eps)."""
+    lr, wd, decoupled, b1, b2, bc1, sqrt_bc2, eps = coef
+    f = p.dtype.type                                                 # python floats -> the param dtype
+    if wd and decoupled:
+        p *= f(1.0 - lr * wd)                                        # AdamW: shrink p directly
+    elif wd:                                                         # Adam: L2 term joins the gradient
+        g = np.add(g, np.multiply(f(wd), p, out=denom), out=denom)   # (denom is free until below)
+    m *= f(b1)
+    m += np.multiply(f(1.0 - b1), g, out=s)
+    v *= f(b2)
+    v += np.multiply(f(1.0 - b2), np.multiply(g, g, out=s), out=s)
+    np.sqrt(v, out=denom)                                            # like p
+    denom /= f(sqrt_bc2)
+    denom += f(eps)
+    s = np.multiply(f(lr / bc1), m, out=s)
+    s /= denom
+    p -= s

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..files import atomic_write_json, clean_stale_temporaries
-from ..ops import workspace
+from ..ops import parallel, workspace
 from ..settings import from_dict as settings_from_dict
 from ..settings import reading
 from .checkpoint import (
@@ -442,20 +442,26 @@ def _saved_step(out: Path) -> int | str:
         return "none"
 
 
+@contextlib.contextmanager
 def _blas_threads(n: int | None):
-    """A context limiting BLAS to ``n`` threads (threadpoolctl), or doing nothing for None.
+    """A context limiting BLAS to ``n`` threads (threadpoolctl), and the row blocks of large
+    element-wise work (ops/parallel.py) to as many; doing nothing for None (both follow the BLAS's default).
 
     Why: the matrices of these CPU-sized models are small (e.g. (1664, 64) x (64, 128)), and
     OpenBLAS's worker threads spin while they wait; with other programs on the cores, two threads
     made a dates step 4-7x slower than one (measured on 2 shared cores). The limit holds only
     inside the training loop and is undone after it."""
     if n is None:
-        return contextlib.nullcontext()
+        yield
+        return
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:                                                  # optional: then BLAS keeps its default
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=n, user_api="blas")
+        blas: Any = contextlib.nullcontext()
+    else:
+        blas = threadpool_limits(limits=n, user_api="blas")
+    with blas, parallel.limit(n):
+        yield
 
 
 class _StopFlag:
