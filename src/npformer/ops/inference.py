@@ -1,4 +1,4 @@
-"""Forward-only fast twins of three reference ops, for inference (sentence embeddings):
+"""Forward-only fast twins of reference ops, for inference (sentence embeddings):
 
     attention_inference  mirrors  ops/attention.py  attention_forward  (no mask, no dropout, no weights)
     layernorm_inference  mirrors  ops/layernorm.py  layernorm_forward  (no cache; in place if asked)
@@ -8,8 +8,9 @@
 
 Same formulas, no caches: they work in blocks that stay in the L2 cache and write into given
 buffers. tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
-reference ops are checked against PyTorch in tests/ops. tests/pretrained/test_few_rows.py pins
-``matmul_inference`` to np.matmul and a query's embedding through it to sentence-transformers'.
+reference ops are checked against PyTorch in tests/ops. tests/pretrained/test_minilm_kernels.py pins
+``matmul_inference`` to np.matmul, and attention_inference's two softmax paths (with and without
+the row maxima) to attention_forward, in float64 and at the edges of float32's range.
 
 Dimension legend:
     ...  any leading batch / head dimensions

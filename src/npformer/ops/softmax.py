@@ -1,7 +1,7 @@
 """Softmax over the last axis, and its backward.
 
 Shapes: any leading dimensions ``...``, softmax over the last one.
-Inference attention uses the in-place numerator ``ops/inference.py softmax_numerator_`` instead.
+Inference attention (``ops/inference.py attention_inference``) exponentiates its scores in place instead.
 """
 from __future__ import annotations
 
