@@ -3,6 +3,7 @@
 - matmul_inference: a few rows by a weight matrix in tiles, the path a query's products take,
   against np.matmul (float64, 1e-12); end to end, queries through it against sentence-transformers
   in tests/pretrained/test_fast_paths.py;
+- attention_inference over many sequences a few at a time (SCORES_BLOCK), against attention_forward;
 - attention_inference without the row maxima (scores bounded by |q| |k| within EXP_SAFE) and with
   them (beyond), against attention_forward: float64 to 1e-12, float32 at the edges of the bound.
 """
@@ -11,7 +12,15 @@ import pytest
 
 import npformer.ops.inference as inference
 from npformer.ops import attention_forward
-from npformer.ops.inference import EXP_SAFE, FEW_ROWS, TILE_DEPTH, TILE_MACS, attention_inference, matmul_inference
+from npformer.ops.inference import (
+    EXP_SAFE,
+    FEW_ROWS,
+    SCORES_BLOCK,
+    TILE_DEPTH,
+    TILE_MACS,
+    attention_inference,
+    matmul_inference,
+)
 
 TOL = 1e-12
 
@@ -98,3 +107,20 @@ def test_float32_scores_past_the_bound_subtract_the_maximum(rng):
     out = attention_inference(*(a.astype(np.float32) for a in (q, k, v)))
     ref, _, _ = attention_forward(q, k, v)
     assert np.isfinite(out).all() and max_rel(out, ref) < 1e-5
+
+
+def test_attention_inference_over_many_sequences_goes_a_few_at_a_time(rng, monkeypatch):
+    c, h, t, d = 37, 3, 40, 8                                         # 37 sequences: 27 at a time, then 10
+    q, k, v = (rng.normal(size=(c, h, t, d)) for _ in range(3))       # (c, H, T, D)
+    ref, _, _ = attention_forward(q, k, v)
+    calls = []
+    real = inference.attention_inference
+
+    def counting(q, *args, **kwargs):
+        calls.append(q.shape[0])
+        return real(q, *args, **kwargs)
+    monkeypatch.setattr(inference, "attention_inference", counting)
+    out = inference.attention_inference(q, k, v)
+    items = SCORES_BLOCK // (h * t * t)
+    assert calls == [c, items, c - items] and 1 < items < c
+    assert max_rel(out, ref) < TOL
