@@ -4,6 +4,7 @@ BertModel.infer keeps, and their refresh by load_state_dict."""
 import numpy as np
 import pytest
 
+import npformer.ops.inference as inference
 from npformer.pretrained import SentenceEncoder
 from npformer.pretrained import encoder as encoder_module
 from oracles import minilm_dir, require
@@ -46,6 +47,18 @@ def test_one_query_at_a_time_on_one_blas_thread(enc, st_embeddings, monkeypatch)
         assert blas_threads() == 2, "the BLAS setting is restored"
     assert seen == [1] * len(QUERIES)
     assert encoder_module.SMALL_WORK_TOKENS >= max(len(s) for s in enc.tokenizer.encode(QUERIES))
+
+
+def test_queries_through_the_tiled_products(enc, st_embeddings, monkeypatch):
+    """A query's products go in tiles (ops/inference.py matmul_inference): the embeddings stay
+    those of sentence-transformers, and of whole products."""
+    lengths = [len(s) for s in enc.tokenizer.encode(QUERIES)]
+    assert max(lengths) <= inference.FEW_ROWS
+    assert min(lengths) * 384 * 1152 > inference.TILE_MACS            # each query's (T, E) x (E, 3E), at least
+    ours = np.concatenate([enc.encode([q]) for q in QUERIES])
+    assert np.abs(ours - st_embeddings).max() <= 1e-5
+    monkeypatch.setattr(inference, "FEW_ROWS", 0)                      # whole products
+    assert np.abs(ours - np.concatenate([enc.encode([q]) for q in QUERIES])).max() <= 1e-6
 
 
 def test_large_work_runs_on_the_python_threads(enc, monkeypatch):

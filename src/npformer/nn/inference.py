@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ops.inference import attention_inference, gelu_inference_, layernorm_inference
+from ..ops.inference import attention_inference, gelu_inference_, layernorm_inference, matmul_inference
 from .feedforward import ACTIVATIONS
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def linear_packed(linear: Linear, x: np.ndarray, out: np.ndarray | None = None,
     weights: ``transposed_weights``' dict; W^T is then read from it, contiguous (I, O)."""
     w_t = weights.get(linear) if weights else None
     w_t = linear.params["weight"].T if w_t is None else w_t         # (I, O)
-    y = np.matmul(x, w_t, out=out)                                  # (..., O)
+    y = matmul_inference(x, w_t, out=out)                           # (..., O)
     if "bias" in linear.params:
         y += linear.params["bias"]
     return y
@@ -125,7 +125,7 @@ def self_attention_packed(mha: MultiHeadAttention, x: np.ndarray, offsets: Seque
     offsets = _check_packed(x, e, offsets)
     w_t = weights.get(mha) if weights else None
     w_t = mha.params["in_proj_weight"].T if w_t is None else w_t    # (E, 3E)
-    qkv = np.matmul(x, w_t)                                        # (N, 3E): q, k, v side by side
+    qkv = matmul_inference(x, w_t)                                 # (N, 3E): q, k, v side by side
     qkv += mha.params["in_proj_bias"]
     ctx = np.empty((x.shape[0], e), dtype=x.dtype)                 # (N, E): the heads, merged
     for s, n, length in equal_length_runs(offsets):               # rows s:s+n, n // length sequences

@@ -1,7 +1,7 @@
 """Softmax over the last axis, and its backward.
 
 Shapes: any leading dimensions ``...``, softmax over the last one.
-Inference attention uses the in-place numerator ``ops/inference.py softmax_numerator_`` instead.
+Inference attention (``ops/inference.py attention_inference``) exponentiates its scores in place instead.
 Large arrays run the same code on row blocks on a few threads (``ops/parallel.py``; the twin is
 pinned by tests/ops/test_parallel.py): each row's result is the same bits either way.
 """
