@@ -329,13 +329,21 @@ class Paired:
                 "by_first": self.by_first(), "medians": self.medians()}
 
 
+# seconds of rest before each side's step: the threads the side before left behind stop spinning first
+# (OpenBLAS's idle workers poll for about 2^28 cycles, ~0.1 s; torch's OpenMP workers spin a while too), so a
+# side is timed on a machine the other has let go of, as a user running one library finds it
+SETTLE = 0.3
+
+
 def paired(sides: dict, pairs: int = 15, warmup: int = 2, ours: str | None = None,
-           each: Callable[[int, dict], None] | None = None, timer: Callable[[], float] = time.perf_counter) -> Paired:
+           each: Callable[[int, dict], None] | None = None, timer: Callable[[], float] = time.perf_counter,
+           settle: float = SETTLE, sleep: Callable[[float], None] = time.sleep) -> Paired:
     """Time ``sides`` (name -> function of no arguments) in rounds: ``warmup`` untimed rounds, then
-    ``pairs`` timed ones; every round runs each side once, back to back, in an order rotated by one
-    from the round before (two sides: A B, B A, A B, ...; three: A B C, B C A, C A B, ...). The
-    warm-up rotates too. ``each(round, outputs)``, when given, sees every timed round's outputs (a
-    parity check). ours: the side whose ratios are taken (default: the first)."""
+    ``pairs`` timed ones; every round runs each side once, one after the other, in an order rotated by
+    one from the round before (two sides: A B, B A, A B, ...; three: A B C, B C A, C A B, ...). The
+    warm-up rotates too. Before each side, ``settle`` seconds of rest (SETTLE), untimed. ``each(round,
+    outputs)``, when given, sees every timed round's outputs (a parity check). ours: the side whose
+    ratios are taken (default: the first)."""
     names = tuple(sides)
     if len(names) < 2:
         raise ValueError(f"paired timing needs at least two sides, got {list(names)}")
@@ -351,6 +359,8 @@ def paired(sides: dict, pairs: int = 15, warmup: int = 2, ours: str | None = Non
         order = names[r % len(names):] + names[:r % len(names)]
         out = {}
         for name in order:
+            if settle > 0:
+                sleep(settle)
             t0 = timer()
             out[name] = sides[name]()
             dt = timer() - t0
@@ -390,6 +400,9 @@ def add_pairs_args(parser, pairs: int = 15, warmup: int = 2) -> None:
     parser.add_argument("--pairs", type=int, default=pairs,
                         help=f"timed pairs after the warm-up, the order rotated each round (default {pairs})")
     parser.add_argument("--warmup", type=int, default=warmup, help=f"untimed rounds first (default {warmup})")
+    parser.add_argument("--settle", type=float, default=SETTLE,
+                        help=f"seconds of rest before each side's step, so the other side's threads stop spinning "
+                             f"(default {SETTLE}; 0: back to back)")
 
 
 def medians(times: dict) -> dict:

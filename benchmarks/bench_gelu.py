@@ -68,7 +68,8 @@ def main() -> None:
         "npformer gelu_backward": lambda: gelu_backward(dy, cache),
         "torch gelu backward": lambda: torch.ops.aten.gelu_backward(dyt, xt).numpy(),
     }
-    results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup) for a, b in PAIRS]
+    results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup, settle=args.settle)
+               for a, b in PAIRS]
     got = {k: v for res in results for k, v in res.out.items()}
 
     # -- parity: the same values on both sides of each pair, each within its stated error ---------

@@ -1,8 +1,8 @@
 """GPT-2 124M generation: npformer's CausalLM (KV cache) vs transformers' generate, greedy, same weights.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_gpt2.py
-    (options: --tokens 100 --prompt 20 --repeats 7 --threads N --layers 12 --dir DIR;
-     a smoke test: --layers 2 --tokens 20 --repeats 3)
+    (options: --tokens 100 --prompt 20 --pairs 15 --threads N --layers 12 --dir DIR;
+     a smoke test: --layers 2 --tokens 20 --pairs 3)
 
 The model is GPT-2 124M's shape (12 layers, width 768, 12 heads, 1,024 positions, 50,257 tokens) with
 random weights: transformers builds GPT2LMHeadModel from a seed and saves it with save_pretrained into
@@ -13,9 +13,10 @@ with ``CausalLM.load``; both sides then generate --tokens new tokens greedily fr
 torch.set_num_threads). transformers' generate runs under torch.no_grad with its KV cache, no end of
 text (min_new_tokens = max_new_tokens).
 
-Timing: one untimed run each, then --repeats pairs whose order alternates (npformer first in even
-pairs, transformers first in odd ones); per pair the ratio npformer / transformers; printed: each
-side's median, the median ratio and its interquartile range.
+Timing: benchmarks/_common.py's paired: --warmup untimed rounds, then --pairs pairs whose order
+alternates, a rest of --settle seconds before each side; printed: each side's median, the median of the
+per-pair ratios npformer / transformers with its interquartile range, the ratio by which side ran
+first, and the verdict (docs/performance.md).
 
 Parity (exit status 1 on a miss): random weights make near-ties, after which two correct greedy
 decoders may part; so npformer's logits over transformers' prompt + tokens (teacher-forced) must
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import add_threads_arg, check, print_setup, set_threads
+from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
 
 
 def build(path: Path, n_layer: int) -> None:
@@ -55,10 +56,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=100, help="new tokens per generation (default 100)")
     ap.add_argument("--prompt", type=int, default=20, help="prompt length in tokens (default 20)")
-    ap.add_argument("--repeats", type=int, default=7, help="timed pairs (default 7)")
     ap.add_argument("--layers", type=int, default=12, help="layers (default 12: GPT-2 124M)")
     ap.add_argument("--dir", type=Path, default=None, help="keep the model here (reused when present)")
     add_threads_arg(ap)
+    add_pairs_args(ap, pairs=15, warmup=1)
     args = ap.parse_args()
 
     import torch
@@ -97,25 +98,12 @@ def main() -> None:
         return out[0, len(prompt):].tolist()
 
     sides = {"npformer": ours, "transformers": theirs}
-    got = {name: fn() for name, fn in sides.items()}                    # warm-up, untimed
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    ratios = []
-    for r in range(args.repeats):
-        order = list(sides) if r % 2 == 0 else list(sides)[::-1]
-        pair = {}
-        for name in order:
-            t0 = time.perf_counter()
-            got[name] = sides[name]()
-            pair[name] = time.perf_counter() - t0
-            times[name].append(pair[name])
-        ratios.append(pair["npformer"] / pair["transformers"])
-    print(f"greedy generation of {n} tokens from a {len(prompt)}-token prompt, {args.repeats} order-alternating pairs:")
-    for name, v in times.items():
-        print(f"  {name:<13} median {statistics.median(v):7.3f} s  ({n / statistics.median(v):6.1f} tokens/s; "
-              f"min {min(v):.3f}, max {max(v):.3f})")
-    q = np.percentile(ratios, [25, 50, 75])
-    print(f"  ratio npformer / transformers per pair: median {q[1]:.3f}, IQR {q[0]:.3f} to {q[2]:.3f} "
-          f"(below 1: npformer is faster)")
+    print(f"greedy generation of {n} tokens from a {len(prompt)}-token prompt:")
+    res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)
+    print_paired(res, unit="s", width=13)
+    for name, v in res.times.items():
+        print(f"  {name:<13} {n / statistics.median(v):6.1f} tokens/s (median)")
+    got = res.out
 
     # parity, on the last run's tokens
     hf_new = np.asarray(got["transformers"])

@@ -169,7 +169,7 @@ def main() -> None:
         torch.manual_seed(1)
         sides = {"npformer": partial(np_step, model, opt, x, y, np.random.default_rng(1)),
                  "torch": partial(torch_step, ref, topt, torch.from_numpy(x), torch.from_numpy(y), args.vocab)}
-        res = paired(sides, args.pairs, warmup=args.warmup)
+        res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)
         print(f"  {model.num_parameters():,} parameters")
         ratios.append(((d, layers, b, t), print_paired(res)))
 

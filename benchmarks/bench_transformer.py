@@ -177,7 +177,7 @@ def main() -> None:
 
     peaks = [sgemm_peak()]                                                 # before and after the steps
     t_peaks = [sgemm_peak(torch=torch)]
-    res = paired({"npformer": np_step, "torch": torch_step}, args.pairs, warmup=args.warmup)
+    res = paired({"npformer": np_step, "torch": torch_step}, args.pairs, warmup=args.warmup, settle=args.settle)
     peaks.append(sgemm_peak())
     t_peaks.append(sgemm_peak(torch=torch))
     peak, t_peak = max(peaks), max(t_peaks)

@@ -26,10 +26,15 @@ class FakeClock:
     """A clock that only the sides move: each call costs what ``cost(name, position in round)`` says."""
 
     def __init__(self, names, cost):
-        self.now, self.calls, self.names, self.cost = 0.0, [], names, cost
+        self.now, self.calls, self.rests, self.names, self.cost = 0.0, [], [], names, cost
 
     def timer(self):
         return self.now
+
+    def sleep(self, seconds):
+        # the rest before a side moves the clock too, so a rest counted inside a side's time would show
+        self.rests.append(seconds)
+        self.now += seconds
 
     def side(self, name):
         def run():
@@ -43,10 +48,12 @@ class FakeClock:
 def test_two_sides_alternate_and_an_order_effect_shows(common):
     # A costs 2 when it runs first in a round and 1 otherwise; B always 1
     clock = FakeClock(("A", "B"), lambda name, pos: 2.0 if (name, pos) == ("A", 0) else 1.0)
-    res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=2, timer=clock.timer)
+    res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=2,
+                        timer=clock.timer, sleep=clock.sleep)
     assert res.orders == [("A", "B") if r % 2 == 0 else ("B", "A") for r in range(15)]
     assert clock.calls[:4] == ["A", "B", "B", "A"]               # the warm-up alternates too
     assert len(clock.calls) == 2 * 17
+    assert clock.rests == [common.SETTLE] * (2 * 17)               # a rest before every side, never timed
     assert res.ratios == [2.0 if r % 2 == 0 else 1.0 for r in range(15)]
     s = res.summary()
     assert s["by_first"] == {"A": (2.0, 8), "B": (1.0, 7)}
@@ -62,7 +69,8 @@ def test_three_sides_rotate_and_compare_with_the_faster_other(common):
     cost = {"A": lambda p: 1.0, "B": lambda p: 2.0, "C": lambda p: 3.0 if p == 0 else 0.5}
     clock = FakeClock(("A", "B", "C"), lambda name, pos: cost[name](pos))
     seen = []
-    res = common.paired({k: clock.side(k) for k in "ABC"}, pairs=6, warmup=1, timer=clock.timer,
+    res = common.paired({k: clock.side(k) for k in "ABC"}, pairs=6, warmup=1,
+                        timer=clock.timer, sleep=clock.sleep,
                         each=lambda r, out: seen.append((r, sorted(out))))
     assert res.orders == [("B", "C", "A"), ("C", "A", "B"), ("A", "B", "C")] * 2    # round 0 was the warm-up
     assert seen == [(r, ["A", "B", "C"]) for r in range(6)]
@@ -90,22 +98,24 @@ def test_verdict_follows_the_quartiles(common, ratios, expected):
 
 def test_bad_arguments(common):
     with pytest.raises(ValueError, match="at least two sides"):
-        common.paired({"A": lambda: 0}, pairs=3)
+        common.paired({"A": lambda: 0}, pairs=3, settle=0)
     with pytest.raises(SystemExit, match="--pairs"):
-        common.paired({"A": lambda: 0, "B": lambda: 0}, pairs=0)
+        common.paired({"A": lambda: 0, "B": lambda: 0}, pairs=0, settle=0)
     with pytest.raises(ValueError, match="ours"):
-        common.paired({"A": lambda: 0, "B": lambda: 0}, ours="C")
+        common.paired({"A": lambda: 0, "B": lambda: 0}, ours="C", settle=0)
 
 
 def test_the_report_names_the_order_effect_and_the_verdict(common, capsys):
     clock = FakeClock(("A", "B"), lambda name, pos: 2.0 if (name, pos) == ("A", 0) else 1.0)
-    res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=0, timer=clock.timer)
+    res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=0,
+                        timer=clock.timer, sleep=clock.sleep)
     s = common.print_paired(res, unit="s")
     out = capsys.readouterr().out
     assert "A first 2.000 (8 pairs); B first 1.000 (7 pairs)" in out
     assert "median 2.000 (IQR 1.000-2.000), 15 pairs" in out
     assert "verdict: A level (IQR 1.000-2.000 holds 1)" in out and "smoke test" not in out
     assert s["verdict"] == "level"
-    short = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=3, warmup=0, timer=clock.timer)
+    short = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=3, warmup=0,
+                        timer=clock.timer, sleep=clock.sleep)
     common.print_paired(short)
     assert "only 3 pairs: a smoke test, not a claim" in capsys.readouterr().out
