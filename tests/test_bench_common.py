@@ -49,11 +49,11 @@ def test_two_sides_alternate_and_an_order_effect_shows(common):
     # A costs 2 when it runs first in a round and 1 otherwise; B always 1
     clock = FakeClock(("A", "B"), lambda name, pos: 2.0 if (name, pos) == ("A", 0) else 1.0)
     res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=2,
-                        timer=clock.timer, sleep=clock.sleep)
+                        timer=clock.timer, sleep=clock.sleep, settle=0.5)
     assert res.orders == [("A", "B") if r % 2 == 0 else ("B", "A") for r in range(15)]
     assert clock.calls[:4] == ["A", "B", "B", "A"]               # the warm-up alternates too
     assert len(clock.calls) == 2 * 17
-    assert clock.rests == [common.SETTLE] * (2 * 17)               # a rest before every side, never timed
+    assert clock.rests == [0.5] * (2 * 17)                          # a rest before every side, never timed
     assert res.ratios == [2.0 if r % 2 == 0 else 1.0 for r in range(15)]
     s = res.summary()
     assert s["by_first"] == {"A": (2.0, 8), "B": (1.0, 7)}
@@ -70,7 +70,7 @@ def test_three_sides_rotate_and_compare_with_the_faster_other(common):
     clock = FakeClock(("A", "B", "C"), lambda name, pos: cost[name](pos))
     seen = []
     res = common.paired({k: clock.side(k) for k in "ABC"}, pairs=6, warmup=1,
-                        timer=clock.timer, sleep=clock.sleep,
+                        timer=clock.timer, sleep=clock.sleep, settle=0.5,
                         each=lambda r, out: seen.append((r, sorted(out))))
     assert res.orders == [("B", "C", "A"), ("C", "A", "B"), ("A", "B", "C")] * 2    # round 0 was the warm-up
     assert seen == [(r, ["A", "B", "C"]) for r in range(6)]
@@ -108,7 +108,7 @@ def test_bad_arguments(common):
 def test_the_report_names_the_order_effect_and_the_verdict(common, capsys):
     clock = FakeClock(("A", "B"), lambda name, pos: 2.0 if (name, pos) == ("A", 0) else 1.0)
     res = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=15, warmup=0,
-                        timer=clock.timer, sleep=clock.sleep)
+                        timer=clock.timer, sleep=clock.sleep, settle=0.5)
     s = common.print_paired(res, unit="s")
     out = capsys.readouterr().out
     assert "A first 2.000 (8 pairs); B first 1.000 (7 pairs)" in out
@@ -116,6 +116,6 @@ def test_the_report_names_the_order_effect_and_the_verdict(common, capsys):
     assert "verdict: A level (IQR 1.000-2.000 holds 1)" in out and "smoke test" not in out
     assert s["verdict"] == "level"
     short = common.paired({"A": clock.side("A"), "B": clock.side("B")}, pairs=3, warmup=0,
-                        timer=clock.timer, sleep=clock.sleep)
+                        timer=clock.timer, sleep=clock.sleep, settle=0.5)
     common.print_paired(short)
     assert "only 3 pairs: a smoke test, not a claim" in capsys.readouterr().out
