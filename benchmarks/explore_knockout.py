@@ -4,7 +4,7 @@ and for the pick and the place the Spearman correlation between the heads' atten
 rankings with the sentence the page writes from it.
 
     npformer train tabletop
-    python docs/figures/explore_knockout.py runs/tabletop          # (--out DIR: where the PNG goes)
+    python benchmarks/explore_knockout.py runs/tabletop          # (--out DIR: where the PNG goes)
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "explore")]
 
 
