@@ -461,3 +461,28 @@ def sgemm_peak(n: int = 2048, repeats: int = 5, torch=None) -> float:
         mm()
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n ** 3 / best / 1e9
+
+
+def base_model_and_batch():
+    """The paper's base encoder-decoder as bench_transformer and bench_breakdown time it: d_model 512,
+    6 + 6 layers, a shared 37,000-token vocabulary, final norms, float32, seed 0; and a batch of 8 x 32
+    source and target tokens with some right padding. Returns (model, cfg, src, tgt_in, tgt_out, V, PAD)."""
+    import numpy as np
+
+    from npformer.models import Transformer, TransformerConfig
+
+    B, S, T, V, PAD = 8, 32, 32, 37000, 0
+    cfg = TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, final_norm=True)
+    rng = np.random.default_rng(0)
+    model = Transformer(cfg, rng=rng)                                      # float32
+
+    def batch(n, t):
+        ids = rng.integers(1, V, (n, t))                                   # (n, t)
+        lengths = rng.integers(t * 3 // 4, t + 1, n)                       # (n,)
+        ids[np.arange(t)[None, :] >= lengths[:, None]] = PAD
+        return ids
+
+    src, tgt_in = batch(B, S), batch(B, T)                                 # (B, S), (B, T)
+    tgt_out = np.roll(tgt_in, -1, axis=1)                                  # (B, T)
+    tgt_out[:, -1] = PAD
+    return model, cfg, src, tgt_in, tgt_out, V, PAD

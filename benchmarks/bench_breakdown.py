@@ -59,7 +59,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from _common import add_threads_arg, check, paired, print_setup, set_threads, sgemm_peak
+from _common import add_threads_arg, base_model_and_batch, check, paired, print_setup, set_threads, sgemm_peak
 
 PARTS = ("products", "attention", "elementwise", "loss", "optimizer", "tokenizer", "other")
 PART_LABELS = {
@@ -270,23 +270,10 @@ def close(label: str, a: np.ndarray, b: np.ndarray) -> None:
 # -- workloads --------------------------------------------------------------------------------
 
 def base_workload(pairs: int) -> dict:
-    from npformer.models import Transformer, TransformerConfig
     from npformer.train import Adam
 
-    B, S, T, V, PAD = 8, 32, 32, 37000, 0
-    cfg = TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, final_norm=True)
-    rng = np.random.default_rng(0)
-    model = Transformer(cfg, rng=rng)                                      # float32
-
-    def batch(n, t):
-        ids = rng.integers(1, V, (n, t))                                   # (n, t)
-        lengths = rng.integers(t * 3 // 4, t + 1, n)                       # (n,)
-        ids[np.arange(t)[None, :] >= lengths[:, None]] = PAD
-        return ids
-
-    src, tgt_in = batch(B, S), batch(B, T)                                 # (B, S), (B, T)
-    tgt_out = np.roll(tgt_in, -1, axis=1)                                  # (B, T)
-    tgt_out[:, -1] = PAD
+    model, cfg, src, tgt_in, tgt_out, V, PAD = base_model_and_batch()
+    B, S, T = *src.shape, tgt_in.shape[1]
     model.eval()
     loss0, g0 = model.loss(src, tgt_in, tgt_out)
     g0 = {k: v.copy() for k, v in g0.items()}

@@ -47,9 +47,19 @@ import math
 import numpy as np
 import torch
 
-from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads, sgemm_peak
+from _common import (
+    add_pairs_args,
+    add_threads_arg,
+    base_model_and_batch,
+    check,
+    paired,
+    print_paired,
+    print_setup,
+    set_threads,
+    sgemm_peak,
+)
 from npformer.interop.torch import _key_to_torch
-from npformer.models import Transformer, TransformerConfig
+from npformer.models import Transformer
 
 
 def eval_step(model, ref, src, tgt_in, tgt_out) -> tuple[float, dict, float, dict]:
@@ -92,20 +102,8 @@ def main() -> None:
 
     threads = set_threads(args.threads, torch)
     print_setup(torch)
-    B, S, T, V, PAD = 8, 32, 32, 37000, 0
-    cfg = TransformerConfig(src_vocab_size=V, tgt_vocab_size=V, final_norm=True)
-    rng = np.random.default_rng(0)
-    model = Transformer(cfg, rng=rng)                                      # float32
-
-    def batch(n, t):
-        ids = rng.integers(1, V, (n, t))                                   # (n, t)
-        lengths = rng.integers(t * 3 // 4, t + 1, n)                       # (n,)
-        ids[np.arange(t)[None, :] >= lengths[:, None]] = PAD
-        return ids
-
-    src, tgt_in = batch(B, S), batch(B, T)                                 # (B, S), (B, T)
-    tgt_out = np.roll(tgt_in, -1, axis=1)                                  # (B, T)
-    tgt_out[:, -1] = PAD
+    model, cfg, src, tgt_in, tgt_out, V, PAD = base_model_and_batch()
+    B, S, T = *src.shape, tgt_in.shape[1]
 
     # -- the same model in torch ------------------------------------------------------------------
     class TorchSeq2Seq(torch.nn.Module):

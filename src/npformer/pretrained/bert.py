@@ -37,7 +37,7 @@ from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
 from ..settings import FileFormatError, read_json, reading
 from .hf import safetensors_file
-from .weights import TensorEntry, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
@@ -61,8 +61,6 @@ _DISTILBERT_LAYER = (("attention.q_lin.", "attention.self.query."), ("attention.
 # Checkpoint entries that are not part of the encoder: the [CLS] pooler and task heads.
 _IGNORED_PREFIXES = ("pooler.", "cls.", "classifier.", "qa_outputs.", "lm_head.")
 _IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
-# config.json's torch_dtype -> the safetensors dtype every weight must then have (without it: any of them)
-WEIGHT_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64"}
 
 
 @dataclass
@@ -371,23 +369,9 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertCon
         if name in found:
             raise FileFormatError(f"{path} holds {found[name]!r} and {k!r}: one weight twice")
         found[name] = k
-    dtypes = (WEIGHT_DTYPES[cfg.torch_dtype],) if cfg.torch_dtype else tuple(WEIGHT_DTYPES.values())
-    entries = {}
-    for name, shape in cfg.checkpoint_shapes():
-        if name not in found:
-            raise FileFormatError(f"{path}: missing weight {prefix + _file_name(kind, name)!r}")
-        key = found.pop(name)
-        e = header[key]
-        if e.shape != shape:
-            raise FileFormatError(f"{path} does not match config.json: {key} has shape {e.shape}, "
-                                  f"the config gives {shape}")
-        if e.dtype not in dtypes:
-            raise FileFormatError(f"{path}: {key} has dtype {e.dtype}, expected {' or '.join(dtypes)}")
-        entries[name] = e
-    if found:
-        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for a "
-                              f"{FAMILY_NAMES[kind]} encoder of {cfg.num_hidden_layers} layers")
-    return entries
+    return expected_entries(path, header, found, cfg.checkpoint_shapes(), cfg.torch_dtype,
+                            lambda name: prefix + _file_name(kind, name),
+                            f"a {FAMILY_NAMES[kind]} encoder of {cfg.num_hidden_layers} layers")
 
 
 def _read_state(path: Path, entries: dict[str, TensorEntry], cfg: BertConfig) -> dict[str, np.ndarray]:

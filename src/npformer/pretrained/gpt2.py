@@ -30,12 +30,10 @@ from ..models import DecoderLM, DecoderLMConfig
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..settings import FileFormatError, parse_json, read_bounded, read_json, reading
 from .hf import safetensors_file
-from .weights import TensorEntry, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
 
 # config.json's activation_function values that are GELU's tanh approximation
 TANH_GELU_NAMES = ("gelu_new", "gelu_pytorch_tanh")
-# config.json's torch_dtype -> the safetensors dtype every weight must then have (without it: any of them)
-WEIGHT_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64"}
 _BUFFERS = ("attn.bias", "attn.masked_bias")          # causal-mask buffers saved by older checkpoints
 MAX_TOKENIZER_BYTES = 64 << 20                         # GPT-2's tokenizer.json is 1.4 MB, vocab.json 1 MB
 
@@ -146,22 +144,8 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: GPT2Con
         if local is None:
             raise FileFormatError(f"{path}: unexpected weight {key!r} for a GPT-2")
         found[local] = key
-    dtypes = (WEIGHT_DTYPES[cfg.torch_dtype],) if cfg.torch_dtype else tuple(WEIGHT_DTYPES.values())
-    entries = {}
-    for name, shape in cfg.checkpoint_shapes():
-        if name not in found:
-            raise FileFormatError(f"{path}: missing weight {prefix + name!r}")
-        key = found.pop(name)
-        e = header[key]
-        if e.shape != shape:
-            raise FileFormatError(f"{path} does not match config.json: {key} has shape {e.shape}, "
-                                  f"the config gives {shape}")
-        if e.dtype not in dtypes:
-            raise FileFormatError(f"{path}: {key} has dtype {e.dtype}, expected {' or '.join(dtypes)}")
-        entries[name] = e
-    if found:
-        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for a GPT-2 of "
-                              f"{cfg.n_layer} layers")
+    entries = expected_entries(path, header, found, cfg.checkpoint_shapes(), cfg.torch_dtype,
+                               lambda name: prefix + name, f"a GPT-2 of {cfg.n_layer} layers")
     head = header.get("lm_head.weight")
     if head is not None:
         if head.shape != (cfg.vocab_size, cfg.n_embd):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,8 @@ MAX_HEADER_BYTES = 8 << 20      # MiniLM's header is 11 KB; 8 MiB names some 100
 DTYPES = {"F64": ("<f8", 8), "F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": (None, 2), "I64": ("<i8", 8),
           "I32": ("<i4", 4), "I16": ("<i2", 2), "I8": ("i1", 1), "U64": ("<u8", 8), "U32": ("<u4", 4),
           "U16": ("<u2", 2), "U8": ("u1", 1), "BOOL": ("?", 1)}
+# a Hugging Face config.json's torch_dtype (or dtype) -> the safetensors dtype every weight must then have
+WEIGHT_DTYPES = {"float32": "F32", "float16": "F16", "float64": "F64"}
 
 
 @dataclass(frozen=True)
@@ -101,3 +104,30 @@ def read_tensors(path, entries: dict[str, TensorEntry]) -> dict[str, np.ndarray]
                 raise FileFormatError(f"{path} ended inside tensor {name!r} (did it change while it was read?)")
             out[name] = np.frombuffer(data, dtype=kind).reshape(entry.shape)
     return out
+
+
+def expected_entries(path, header: dict[str, TensorEntry], found: dict[str, str],
+                     shapes: Iterable[tuple[str, tuple[int, ...]]], torch_dtype: str | None,
+                     file_name: Callable[[str], str], what: str) -> dict[str, TensorEntry]:
+    """{name: entry} for every (name, shape) a config implies, from ``found`` (name -> the key in the file
+    at ``path``): each present, of that shape, of the config's float dtype (any of WEIGHT_DTYPES without
+    one); a key of ``found`` no shape names is unexpected. Errors are one FileFormatError naming the file
+    and the tensor (``file_name(name)``: the name as the file spells it; ``what``: the model the file
+    should hold)."""
+    found = dict(found)
+    dtypes = (WEIGHT_DTYPES[torch_dtype],) if torch_dtype else tuple(WEIGHT_DTYPES.values())
+    entries = {}
+    for name, shape in shapes:
+        if name not in found:
+            raise FileFormatError(f"{path}: missing weight {file_name(name)!r}")
+        key = found.pop(name)
+        e = header[key]
+        if e.shape != shape:
+            raise FileFormatError(f"{path} does not match config.json: {key} has shape {e.shape}, "
+                                  f"the config gives {shape}")
+        if e.dtype not in dtypes:
+            raise FileFormatError(f"{path}: {key} has dtype {e.dtype}, expected {' or '.join(dtypes)}")
+        entries[name] = e
+    if found:
+        raise FileFormatError(f"{path}: unexpected weight {next(iter(found.values()))!r} for {what}")
+    return entries
