@@ -64,6 +64,58 @@ def test_the_timeline_is_the_greedy_generation_and_its_rows_the_cached_steps(gpt
         assert np.allclose(row.sum(-1), 1) and not row[..., s["query"] + 1:].any()
 
 
+def test_the_knockouts_equal_a_forward_with_that_heads_slice_zeroed(gpt2_dir, payload):
+    """Each head knocked out by hand (its columns of W_o zeroed, the ordinary forward run, nothing of
+    explore.knockout used): the page's logit, probability, decision and log-odds drop for every step it
+    explains, to 1e-5; rho is scipy's Spearman of the two stored scores."""
+    from scipy import special, stats
+
+    lm = CausalLM.load(gpt2_dir)
+    inp = payload["inputs"][0]
+    tl, kn, targets = inp["timeline"], inp["knockout"], inp["targets"]
+    slots, ids = [t["query"] for t in targets], [s["id"] for s in tl["steps"][:len(targets)]]
+    read = np.asarray([lm.encode(PROMPT) + [s["id"] for s in tl["steps"][:-1]]])        # (1, T)
+
+    def odds(logits):                                                     # log(p / (1 - p)) of each target
+        return np.array([logits[s, c] - special.logsumexp(np.delete(logits[s], c))
+                         for s, c in zip(slots, ids, strict=True)])
+
+    full = lm.model.forward(read)[0][0].astype(np.float64)                 # (T, V)
+    assert kn["full"]["decision"] == ids == full[slots].argmax(-1).tolist()
+    np.testing.assert_allclose(kn["full"]["logit"], full[slots, ids], rtol=0, atol=1e-5)
+    kg = kn["groups"]["self"]
+    logit, prob, effect, decision = (decode_array(kg[n]) for n in ("logit", "prob", "effect", "decision"))
+    assert logit.shape == (lm.config.n_layer, lm.config.n_head, len(targets))
+    for layer in range(lm.config.n_layer):
+        mha = dict(lm.model.modules())[f"blocks.layers.{layer}.self_attn"]
+        d = mha.d_model // mha.n_heads
+        w = mha.out_proj.params["weight"]                                 # (E, E): y = x @ w.T
+        for head in range(lm.config.n_head):
+            saved = w.copy()
+            w[:, head * d:(head + 1) * d] = 0
+            try:
+                out = lm.model.forward(read)[0][0].astype(np.float64)
+            finally:
+                w[...] = saved
+            np.testing.assert_allclose(logit[layer, head], out[slots, ids], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(prob[layer, head], special.softmax(out, axis=-1)[slots, ids], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(effect[layer, head], odds(full) - odds(out), rtol=0, atol=1e-5)
+            assert decision[layer, head].tolist() == out[slots].argmax(-1).tolist()
+    attention = decode_array(kg["attention"])
+    for k in range(len(targets)):
+        rho = stats.spearmanr(attention[..., k].ravel(), effect[..., k].ravel()).statistic
+        assert kg["spearman"][k] == pytest.approx(rho, abs=1e-9) or (np.isnan(rho) and kg["spearman"][k] is None)
+
+
+def test_explore_refuses_target_on_a_gpt2_page(gpt2_dir, tmp_path, capsys):
+    rc = main(["explore", str(gpt2_dir), PROMPT, "--target", "3=x", "--out", str(tmp_path / "p.html")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--target" in err and "GPT-2" in err
+    # --serve's form reaches the explorer itself, which refuses it too
+    with pytest.raises(ValueError, match="--target is for trained runs"):
+        open_explorer(gpt2_dir).payload([{"text": PROMPT, "target": "3=x"}])
+
+
 def test_npformer_explore_writes_the_gpt2_page(gpt2_dir, tmp_path, capsys):
     out = tmp_path / "gpt2.html"
     rc = main(["explore", str(gpt2_dir), PROMPT, "--out", str(out)])

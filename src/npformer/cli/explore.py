@@ -84,13 +84,14 @@ def run(args) -> int:
     return 0
 
 
-def _check_target(spec: str, bert: bool) -> None:
+def _check_target(spec: str, model_dir: bool) -> None:
     """--target's form (POS=TOKEN), before the model loads; whether POS and TOKEN exist is the model's to say."""
     from ..explore.targets import TargetError, split_target
 
-    if bert:
-        raise CLIError("--target is for trained runs: minilm's (or a BERT-family model's) targets are [CLS] and the "
-                       "mean-pooled embedding")
+    if model_dir:
+        raise CLIError("--target is for trained runs: a model directory's page explains its own outputs (minilm's "
+                       "and a BERT-family model's: [CLS] and the mean-pooled embedding; a GPT-2's: each token it "
+                       "generated)")
     try:
         split_target(spec)
     except TargetError as e:

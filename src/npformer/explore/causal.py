@@ -13,7 +13,9 @@ The cached steps attend to the same keys with the same weights (tests/decode/tes
 cached decoding equal to the full forward), so the page's timeline view reads the group's rows.
 
 Targets: the logit of each of the first MAX_STEP_TARGETS generated tokens at the step that wrote
-it, each with one backward (relevance, Chefer et al.).
+it, each with one backward (relevance, Chefer et al.), and each head knocked out in turn on them
+(``knockout.knockout_json``: one forward per head over the tokens read, teacher-forced on the model's
+own continuation). ``--target`` is refused here: the targets are the steps the model took.
 Dimension legend: P prompt tokens, N generated tokens, T = P + N - 1 positions read, V vocabulary.
 """
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import cast
 import numpy as np
 
 from . import capture as cap
+from . import knockout as ko
 from . import relevance as rel
+from . import targets as tg
 from .payload import Explorer, _check_text, _one_hot, _target, group_json
 
 NEW_TOKENS = 12                    # tokens generated for the timeline
@@ -62,6 +66,9 @@ class CausalLMExplorer(Explorer):
 
     def explain(self, inp: dict) -> dict:
         text = _check_text(inp.get("text"))
+        if inp.get("target") not in (None, ""):
+            raise tg.TargetError("--target is for trained runs: a GPT-2 page explains the tokens it generated, "
+                                 "each at the step that wrote it")
         lm = self.lm
         prompt = lm.encode(text)
         p = len(prompt)
@@ -75,7 +82,7 @@ class CausalLMExplorer(Explorer):
         groups = cap.capture("decoder_lm", cache, {"self": cap.causal(t)})
         labels, kinds = self._labels(read[0].tolist())
         wrote, _ = self._labels(new)
-        targets, relevance = [], {}
+        targets, relevance, names, steps_explained = [], {}, [], []
         for j in range(min(len(new), MAX_STEP_TARGETS)):
             q = p - 1 + j
             name = f"step {j + 1}: {wrote[j]}"
@@ -84,8 +91,14 @@ class CausalLMExplorer(Explorer):
                                                  rel.stacked(grads, "blocks", lm.config.n_layer))
             targets.append(_target(name, "self", q, f"logit of {wrote[j]!r}, written at step {j + 1} "
                                                     f"(query position {q})"))
+            names.append(name)
+            steps_explained.append(tg.Target(q, int(new[j]), 0))            # greedy: the step's prediction
+        knock = ko.knockout_json(lm.model, "decoder_lm", groups,
+                                 lambda k: lm.model.forward(np.repeat(read, k, 0))[0],    # (k, T, V)
+                                 steps_explained, {"self": relevance}, names,
+                                 {"self": [t.slot for t in steps_explained]})
         steps = [{"query": p - 1 + j, "id": int(i), "token": wrote[j]} for j, i in enumerate(new)]
         return {"label": text, "output": lm.tokenizer.decode(new), "image": None,
-                "meta": {"prompt tokens": p, "generated tokens": len(new)}, "targets": targets,
+                "meta": {"prompt tokens": p, "generated tokens": len(new)}, "targets": targets, "knockout": knock,
                 "groups": [group_json("self", groups["self"], labels, labels, kinds, kinds, relevance)],
                 "timeline": {"group": "self", "prompt_tokens": p, "steps": steps}}
