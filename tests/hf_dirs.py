@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import tiny_bert
 
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SPECIAL = tiny_bert.SPECIAL
 WORDS = ["a", "the", "robot", "picks", "up", "puts", "block", "red", "blue", "box", "bowl", "in", "on", "table",
          "man", "plays", "guitar", "weather", "is", "nice", "today", "place", "put", "cube", "into", "cat", "sat",
          "mat", "##s", "##ed", ".", ","]
@@ -21,15 +22,7 @@ CONFIG = {"architectures": ["BertForMaskedLM"], "model_type": "bert", "vocab_siz
 
 
 def tokenizer_json() -> str:
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
-
-    vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
-    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]",
-                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return tok.to_str()
+    return tiny_bert.tokenizer_json(WORDS)
 
 
 def write_plain_bert(d: Path, config: dict | None = None, seed: int = 0) -> Path:

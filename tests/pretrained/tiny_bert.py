@@ -24,10 +24,11 @@ POOLING = {"word_embedding_dimension": 8, "pooling_mode_cls_token": False, "pool
            "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
 
 
-def tokenizer_json() -> str:
+def tokenizer_json(words: list[str] | None = None) -> str:
+    """A BERT-style WordPiece tokenizer.json over SPECIAL + ``words`` (default WORDS)."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
-    vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
+    vocab = {w: i for i, w in enumerate(SPECIAL + (WORDS if words is None else words))}
     tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
