@@ -30,12 +30,12 @@ from ..models import DecoderLM, DecoderLMConfig
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..settings import FileFormatError, parse_json, read_bounded, read_json, reading
 from .hf import safetensors_file
+from .tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_json
 from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
 
 # config.json's activation_function values that are GELU's tanh approximation
 TANH_GELU_NAMES = ("gelu_new", "gelu_pytorch_tanh")
 _BUFFERS = ("attn.bias", "attn.masked_bias")          # causal-mask buffers saved by older checkpoints
-MAX_TOKENIZER_BYTES = 64 << 20                         # GPT-2's tokenizer.json is 1.4 MB, vocab.json 1 MB
 
 
 @dataclass
@@ -226,13 +226,7 @@ class ByteBPETokenizer:
         path = Path(path)
         tok_file, vocab_file, merges_file = path / "tokenizer.json", path / "vocab.json", path / "merges.txt"
         if tok_file.is_file():
-            data = read_bounded(tok_file, MAX_TOKENIZER_BYTES)
-            parse_json(data, tok_file, top=dict)
-            try:
-                self._tok = Tokenizer.from_str(data.decode("utf-8"))
-            except Exception as e:                                   # tokenizers raises its own exception type
-                raise FileFormatError(f"{tok_file} is not a tokenizer the tokenizers library reads "
-                                      f"({(str(e).splitlines() or [''])[0]})") from None
+            self._tok = read_tokenizer_json(tok_file)
         elif vocab_file.is_file() and merges_file.is_file():
             vocab = parse_json(read_bounded(vocab_file, MAX_TOKENIZER_BYTES), vocab_file, top=dict)
             if not all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in vocab.items()):

@@ -16,13 +16,26 @@ from ..settings import FileFormatError, parse_json, read_bounded
 MAX_TOKENIZER_BYTES = 64 << 20      # MiniLM's tokenizer.json is 466 KB; a 250,000-piece vocabulary's ~20 MB
 
 
+
+def read_tokenizer_json(path: Path):
+    """The ``tokenizers.Tokenizer`` of the tokenizer.json at ``path``: read with a size bound, checked as
+    limited JSON first, a file the library refuses a FileFormatError of one line naming it."""
+    from tokenizers import Tokenizer
+
+    data = read_bounded(path, MAX_TOKENIZER_BYTES)
+    parse_json(data, path, top=dict)
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:                                              # tokenizers raises its own exception type
+        raise FileFormatError(f"{path} is not a tokenizer the tokenizers library reads "
+                              f"({(str(e).splitlines() or [''])[0]})") from None
+
 class WordPieceTokenizer:
     def __init__(self, path: str | Path, max_length: int) -> None:
         """path: a tokenizer.json; max_length: the most word pieces per text, special tokens included.
 
         The file is read with ``settings.parse_json``'s limits (size, depth, numbers) before the
         ``tokenizers`` library parses it; what that library refuses is a FileFormatError naming it."""
-        from tokenizers import Tokenizer
 
         path = Path(path)
         if not path.is_file():
@@ -30,13 +43,7 @@ class WordPieceTokenizer:
         if max_length < 2:
             raise ValueError(f"max_length must be >= 2 ([CLS] and [SEP]), got {max_length}")
         self.max_length = int(max_length)
-        data = read_bounded(path, MAX_TOKENIZER_BYTES)
-        parse_json(data, path, top=dict)
-        try:
-            self._tok = Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as e:                                          # tokenizers raises its own exception type
-            raise FileFormatError(f"{path} is not a tokenizer the tokenizers library reads "
-                                  f"({(str(e).splitlines() or [''])[0]})") from None
+        self._tok = read_tokenizer_json(path)
         self.vocab_size = self._tok.get_vocab_size()
         # tokenizer.json may carry its own padding/truncation (MiniLM's pads to 128): we pad ourselves
         self._tok.no_padding()
