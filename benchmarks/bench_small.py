@@ -15,7 +15,9 @@ d_ff = 4 d_model, a character vocabulary of --vocab tokens):
     d_model 128, 4 layers, batch 32 x 64 tokens
     d_model 256, 4 layers, batch 16 x 128 tokens
 
-float32, dropout 0.1 in training mode on both sides. Per size, after --warmup untimed rounds,
+float32, dropout 0.1 in training mode on both sides, inside ``workspace.keep_heap()`` as the
+trainer runs its steps (glibc's malloc keeps the freed memory; process-wide, so torch's side runs
+with it too). Per size, after --warmup untimed rounds,
 --pairs timed pairs: one step of each back to back, the order swapped from one pair to the next
 (``_common.paired``); each side's median, the median per-pair ratio npformer / torch with its
 interquartile range, the ratio by which side ran first, and the verdict (faster only when the
@@ -56,6 +58,7 @@ import npformer
 from _common import MIN_PAIRS, add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
 from npformer.interop.torch import _key_to_torch as torch_key  # the FFN sits under ``ffn.`` in npformer only
 from npformer.models import DecoderLM, DecoderLMConfig
+from npformer.ops import workspace
 from npformer.train import Adam
 
 SIZES = ((64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128))       # d_model, layers, batch, tokens
@@ -169,7 +172,8 @@ def main() -> None:
         torch.manual_seed(1)
         sides = {"npformer": partial(np_step, model, opt, x, y, np.random.default_rng(1)),
                  "torch": partial(torch_step, ref, topt, torch.from_numpy(x), torch.from_numpy(y), args.vocab)}
-        res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)
+        with workspace.keep_heap():          # as the trainer runs its steps (process-wide: torch's side too)
+            res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)
         print(f"  {model.num_parameters():,} parameters")
         ratios.append(((d, layers, b, t), print_paired(res)))
 

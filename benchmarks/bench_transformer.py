@@ -8,7 +8,8 @@ shared 37,000-token vocabulary whose table is also the pre-softmax projection (p
 sinusoidal positions, final LayerNorms on both stacks (torch.nn.Transformer always has them,
 so npformer gets them too: the same work), float32, batch of 8 x 32 source and target tokens
 with some right padding (masks in both). One step = forward, cross-entropy (pad ignored) and
-backward for every parameter; no optimizer. After --warmup untimed rounds, --pairs timed pairs:
+backward for every parameter; no optimizer; inside ``workspace.keep_heap()`` as the trainer runs its
+steps (process-wide, so torch's side too). After --warmup untimed rounds, --pairs timed pairs:
 one step of each back to back, the order swapped from one pair to the next (``_common.paired``);
 each side's median, the median per-pair ratio npformer / torch with its interquartile range, the
 ratio by which side ran first, and the verdict (faster only when the upper quartile is below 1).
@@ -60,6 +61,7 @@ from _common import (
 )
 from npformer.interop.torch import _key_to_torch
 from npformer.models import Transformer
+from npformer.ops import workspace
 
 
 def eval_step(model, ref, src, tgt_in, tgt_out) -> tuple[float, dict, float, dict]:
@@ -175,7 +177,8 @@ def main() -> None:
 
     peaks = [sgemm_peak()]                                                 # before and after the steps
     t_peaks = [sgemm_peak(torch=torch)]
-    res = paired({"npformer": np_step, "torch": torch_step}, args.pairs, warmup=args.warmup, settle=args.settle)
+    with workspace.keep_heap():              # as the trainer runs its steps (process-wide: torch's side too)
+        res = paired({"npformer": np_step, "torch": torch_step}, args.pairs, warmup=args.warmup, settle=args.settle)
     peaks.append(sgemm_peak())
     t_peaks.append(sgemm_peak(torch=torch))
     peak, t_peak = max(peaks), max(t_peaks)

@@ -13,13 +13,20 @@ array, and one summed across rows (layer norm's weight gradient) adds the blocks
 block order, so every thread count gives the same bits (tests/ops/test_parallel.py). Arrays of
 fewer than ``MIN_ELEMENTS`` take the reference path as it is: small models pay nothing.
 
-Threads: ``threads()`` is the thread-local setting made by ``limit(n)`` (the trainer enters
-``limit(cfg.blas_threads)``, MiniLM's per-core encoding threads ``limit(1)``), else the BLAS's own
-thread count now (threadpoolctl) up to the CPU count. The calling thread takes blocks too;
-helper threads are started on first use, and wait on a queue between jobs, blocked, never
-spinning. Blocks are handed out one at a time, so a helper that a busy machine wakes late finds
-the work done and takes nothing. A block's exception stops the job and is raised in the caller.
-A call from inside a block (nested) runs inline.
+Threads: ``threads()`` is the thread-local setting made by ``limit(n)``, else 1: by default the
+blocks run on the calling thread alone, for the cache (a multi-pass op on a block that stays in L2),
+and more threads are an explicit choice. Why not every core by default: measured on a 2-core
+machine (AVX-512, OpenBLAS on 2 threads), two threads made every op except softmax slower, not
+faster (GELU forward on 1M float32 elements 3.5 ms on one thread, 5.8 ms on two; the small
+models' training steps 6-22% slower). Two causes: numpy's OpenBLAS leaves its worker threads
+spinning on the other cores for a while after each product, so a helper thread there shares its
+core with one; and each of an op's ufunc calls hands the GIL between the threads, which costs a
+thread wake-up (a median 8 us, a 90th percentile of 96 us there) against a few microseconds of
+arithmetic per call. ``benchmarks/bench_parallel.py`` measures both settings side by side on any
+machine. The calling thread takes blocks too; helper threads are started on first use, and wait
+on a queue between jobs, blocked, never spinning. Blocks are handed out one at a time, so a helper
+that a busy machine wakes late finds the work done and takes nothing. A block's exception stops
+the job and is raised in the caller. A call from inside a block (nested) runs inline.
 """
 from __future__ import annotations
 
@@ -37,34 +44,19 @@ MIN_ELEMENTS = 1 << 17        # below this (two blocks) an array takes the refer
 ONE_THREAD_MIN = 1 << 19      # 2 MiB of float32: on one thread, multi-pass ops gain from blocks from here
 
 _local = threading.local()    # .threads: limit(n)'s setting; .inside: running a block now
-_blas_libs: list | None = None
 _lock = threading.Lock()
 _helpers: list[queue.SimpleQueue] = []   # one queue per helper thread
 
 
-def _blas_threads() -> int:
-    """The BLAS's thread count now (numpy's OpenBLAS through threadpoolctl), 1 when unknown."""
-    global _blas_libs
-    if _blas_libs is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-            _blas_libs = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        except Exception:          # threadpoolctl missing or unable to read the libraries: one thread
-            _blas_libs = []
-    return max((lib.num_threads or 1 for lib in _blas_libs), default=1)
-
-
 def threads() -> int:
-    """Threads ``map_rows`` uses on this thread now (see the module docstring)."""
+    """Threads ``map_rows`` uses on this thread now: ``limit(n)``'s n, else 1 (see the module docstring)."""
     n = getattr(_local, "threads", None)
-    if n is None:                 # the BLAS's count, at most the CPU count; limit(n)'s as it was asked
-        n = min(_blas_threads(), os.cpu_count() or 1)
-    return max(1, int(n))
+    return 1 if n is None else n
 
 
 @contextlib.contextmanager
 def limit(n: int | None) -> Iterator[None]:
-    """Inside, ``map_rows`` called from this thread uses at most ``n`` threads (None: follow the BLAS)."""
+    """Inside, ``map_rows`` called from this thread uses at most ``n`` threads (None: the default, 1)."""
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"threads must be an int >= 1 or None, got {n!r}")
     old = getattr(_local, "threads", None)

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..files import atomic_write_json, clean_stale_temporaries
-from ..ops import parallel, workspace
+from ..ops import workspace
 from ..settings import from_dict as settings_from_dict
 from ..settings import reading
 from .checkpoint import (
@@ -342,7 +342,8 @@ class Trainer:
                                         initial=self.step, file=out))
         log = StepLog(self.out / LOG)
         try:
-            with _blas_threads(cfg.blas_threads):                        # for the steps and the evaluations
+            # for the steps and the evaluations: the BLAS's threads, and malloc keeping the steps' memory
+            with _blas_threads(cfg.blas_threads), workspace.keep_heap():
                 stopped = self._train_loop(bar, log, deadline)
                 self._finish(stopped, bar, log)
         except OSError:
@@ -444,8 +445,9 @@ def _saved_step(out: Path) -> int | str:
 
 @contextlib.contextmanager
 def _blas_threads(n: int | None):
-    """A context limiting BLAS to ``n`` threads (threadpoolctl), and the row blocks of large
-    element-wise work (ops/parallel.py) to as many; doing nothing for None (both follow the BLAS's default).
+    """A context limiting BLAS to ``n`` threads (threadpoolctl); doing nothing for None (the BLAS's
+    default). The row blocks of large element-wise work (ops/parallel.py) keep their own setting,
+    one thread unless the caller entered ``parallel.limit``: more threads made the steps slower.
 
     Why: the matrices of these CPU-sized models are small (e.g. (1664, 64) x (64, 128)), and
     OpenBLAS's worker threads spin while they wait; with other programs on the cores, two threads
@@ -460,7 +462,7 @@ def _blas_threads(n: int | None):
         blas: Any = contextlib.nullcontext()
     else:
         blas = threadpool_limits(limits=n, user_api="blas")
-    with blas, parallel.limit(n):
+    with blas:
         yield
 
 
