@@ -2,7 +2,7 @@
 
 numpy runs each ufunc on one core; only the matrix products use the BLAS's threads. Its ufuncs
 release the GIL, though, so the same ufunc sequence run on separate contiguous blocks of an
-array's leading rows, from a few threads, uses every core. ``map_rows(fn, n_rows, row_size, *args)``
+array's leading rows, from a few threads, can use every core (on request: see Threads). ``map_rows(fn, n_rows, row_size, *args)``
 calls ``fn(rows, *args)`` for each block ``rows`` (a slice of the leading axis) and returns the
 calls' results in block order; the ops (softmax, layer norm, dropout, ReLU, GELU, cross-entropy,
 the residual sums of ``add``) and Adam call their own reference code on each block.
@@ -16,15 +16,18 @@ fewer than ``MIN_ELEMENTS`` take the reference path as it is: small models pay n
 Threads: ``threads()`` is the thread-local setting made by ``limit(n)``, else 1: by default the
 blocks run on the calling thread alone, for the cache (a multi-pass op on a block that stays in L2),
 and more threads are an explicit choice. Why not every core by default: measured on a 2-core
-machine (AVX-512, OpenBLAS on 2 threads), two threads made every op except softmax slower, not
-faster (GELU forward on 1M float32 elements 3.5 ms on one thread, 5.8 ms on two; the small
-models' training steps 6-22% slower). Two causes: numpy's OpenBLAS leaves its worker threads
+machine (AVX-512, OpenBLAS on 2 threads) by ``benchmarks/bench_parallel.py``, which times both
+settings side by side, each op called after a product as in a step, two threads were slower or
+level for every op (GELU forward on a (2048, 512) array 1.07x the one thread's time, the residual
+sum on attention-sized arrays 1.16x, softmax 1.03-1.05x) and for whole DecoderLM training steps
+(1.06-1.07x at d_model 64, 128 and 256). Two causes: numpy's OpenBLAS leaves its worker threads
 spinning on the other cores for a while after each product, so a helper thread there shares its
 core with one; and each of an op's ufunc calls hands the GIL between the threads, which costs a
 thread wake-up (a median 8 us, a 90th percentile of 96 us there) against a few microseconds of
-arithmetic per call. ``benchmarks/bench_parallel.py`` measures both settings side by side on any
-machine. The calling thread takes blocks too; helper threads are started on first use, and wait
-on a queue between jobs, blocked, never spinning. Blocks are handed out one at a time, so a helper
+arithmetic per call. Run it on another machine to see whether ``limit(n)`` pays there.
+
+With ``limit(n)``, n > 1: the calling thread takes blocks too; helper threads are started on first
+use, and wait on a queue between jobs, blocked, never spinning. Blocks are handed out one at a time, so a helper
 that a busy machine wakes late finds the work done and takes nothing. A block's exception stops
 the job and is raised in the caller. A call from inside a block (nested) runs inline.
 """
