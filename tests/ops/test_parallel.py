@@ -288,7 +288,7 @@ def test_dropout_twin_masks(small_blocks):
     assert np.array_equal(y, x * mask)
     # the keep rate: 60,000 draws, binomial sd 0.0018; 5 sd
     assert abs((mask > 0).mean() - (1 - p)) < 0.009
-    # a high p too (the 16-bit cut near its top): binomial sd 0.0012 at p = 0.9; 5 sd
+    # a high p too (the cut near its top): binomial sd 0.0012 at p = 0.9; 5 sd
     assert abs((on_threads(1, dropout_forward, x, 0.9, np.random.default_rng(13))[1] > 0).mean() - 0.1) < 0.006
     # blocks draw from different streams: two rows' masks agree only by chance (3/4 x 3/4 + 1/4 x 1/4)
     agree = ((mask[:-1] > 0) == (mask[1:] > 0)).mean(axis=1)

@@ -4,10 +4,8 @@ so the expected value is unchanged and inference needs no rescaling.
 Large arrays (``ops/parallel.py``) draw their mask in row blocks on a few threads: one draw from
 ``rng`` gives a root seed, and block i draws from its own SFC64 generator, seeded by the root seed
 and i through ``np.random.SeedSequence`` (independent streams by its construction). Each element
-keeps when a raw 16-bit draw u is >= round(p 2^16): probability 1 - p to within 2^-17 (for
-p = 0.1, 0.0999908; the kept values' expectation is then x (1 + 1e-5), not exactly x), from a
-quarter of the generator's work of a float32 uniform (four elements per 64-bit output, no
-conversion): the whole forward 27% faster than with 32-bit draws (1M elements, one thread). The mask
+keeps when a raw 32-bit draw u is >= round(p 2^32): probability 1 - p to within 2^-33, from half
+the generator's work of a float32 uniform (two elements per 64-bit output, no conversion). The mask
 then depends on the seed and the array's shape, never on the thread count; it is not the mask the
 one stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: values, keep rate,
 independence of the blocks, any thread count).
@@ -35,7 +33,7 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
         mask = np.empty_like(x)                                      # (...)
         n = x.shape[-1]
         root = int(rng.integers(0, 1 << 63))
-        cut = np.uint16(min(round(p * 2.0**16), 2**16 - 1))        # keep where a 16-bit draw is >= cut
+        cut = np.uint32(min(round(p * 2.0**32), 2**32 - 1))        # keep where a 32-bit draw is >= cut
         x2, y2, mask2 = (a.reshape(-1, n) for a in (x, y, mask))     # (R, N) views
         parallel.map_rows(_forward_block, x2.shape[0], n, x2, cut, scale, root, parallel.rows_per_block(n), y2, mask2)
         return y, mask
@@ -45,12 +43,12 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
     return np.multiply(x, mask, out=out), mask
 
 
-def _forward_block(rows: slice, x2: np.ndarray, cut: np.uint16, scale: np.floating, root: int, per_block: int,
+def _forward_block(rows: slice, x2: np.ndarray, cut: np.uint32, scale: np.floating, root: int, per_block: int,
                    y2: np.ndarray, mask2: np.ndarray) -> None:
     """One block's mask from its own stream (block rows.start // per_block), and y = x * mask."""
     bits = np.random.SFC64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,)))
     m = mask2[rows]                                                  # (r, N)
-    u = bits.random_raw((m.size + 3) // 4).view(np.uint16)[: m.size].reshape(m.shape)   # (r, N) 16-bit draws
+    u = bits.random_raw((m.size + 1) // 2).view(np.uint32)[: m.size].reshape(m.shape)   # (r, N) 32-bit draws
     np.multiply(u >= cut, scale, out=m)                              # 0 or scale
     np.multiply(x2[rows], m, out=y2[rows])
 
