@@ -60,6 +60,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     echo "QUICK=1: smoke-test options, not a measurement"
     run transformer benchmarks/bench_transformer.py --pairs 2 --warmup 0
     run small benchmarks/bench_small.py --pairs 2 --warmup 1
+    run parallel benchmarks/bench_parallel.py --pairs 1 --warmup 0 --reps 1
     run gelu benchmarks/bench_gelu.py --n 100000 --pairs 3
     run kvcache benchmarks/bench_kvcache.py --tokens 48 --pairs 3
     run minilm benchmarks/bench_minilm.py --pairs 2 --warmup 0 --batches 1 --lengths short,long --queries 2
@@ -68,6 +69,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 else
     run transformer benchmarks/bench_transformer.py
     run small benchmarks/bench_small.py
+    run parallel benchmarks/bench_parallel.py
     run gelu benchmarks/bench_gelu.py
     run kvcache benchmarks/bench_kvcache.py
     run minilm benchmarks/bench_minilm.py
