@@ -15,7 +15,9 @@ Workloads:
   deals a batch into one piece per core), so this is one core's view.
 
 How it is measured, from outside the library: every function defined in ``npformer.ops`` (found
-by walking the package, so that ops added later are counted too), ``Adam.step``, the tokenizer's
+by walking the package, so that ops added later are counted too; of ops/parallel.py, only the
+residual sums: its row-block machinery runs its caller's work, whose time stays with the caller,
+Adam's with the optimizer), ``Adam.step``, the tokenizer's
 ``encode`` and ``numpy.matmul`` are replaced, for the run, by a wrapper that times each call on
 the calling thread and subtracts the time of the wrapped calls inside it (self time); wherever
 the library holds a reference to one of them (a module's global, a dict of functions) it is
@@ -128,7 +130,11 @@ def timed(fn, part: str):
     return wrapper
 
 
-def part_of(module: str, name: str) -> str:
+def part_of(module: str, name: str) -> str | None:
+    if module == "npformer.ops.parallel":
+        # the row blocks' machinery carries its caller's work (an op's blocks, Adam's): not wrapped, so
+        # its time stays with the caller; only the residual sums it computes are elementwise work
+        return "elementwise" if name in ("add", "_add_block") else None
     if module == "npformer.ops.workspace" or name == "_product":
         return "other"                      # allocation bookkeeping and the products' call wrapper
     if module in ("npformer.ops.attention", "npformer.ops.flash_attention") or "attention" in name:
@@ -151,8 +157,9 @@ def install() -> list:
     for name, mod in list(sys.modules.items()):
         if name.startswith("npformer.ops") and name not in SKIP_OPS:
             for attr, obj in vars(mod).items():
-                if inspect.isfunction(obj) and obj.__module__ == name:
-                    wrap[id(obj)] = (obj, timed(obj, part_of(name, attr)))
+                part = part_of(name, attr) if inspect.isfunction(obj) and obj.__module__ == name else None
+                if part is not None:
+                    wrap[id(obj)] = (obj, timed(obj, part))
     undo: list = []
     for name, mod in list(sys.modules.items()):
         if not name.startswith("npformer"):

@@ -1,11 +1,12 @@
-"""Row blocks of large element-wise work on a few threads.
+"""Row blocks of large element-wise work: cache-sized, on the calling thread or, on request, on several.
 
 numpy runs each ufunc on one core; only the matrix products use the BLAS's threads. Its ufuncs
-release the GIL, though, so the same ufunc sequence run on separate contiguous blocks of an
-array's leading rows, from a few threads, can use every core (on request: see Threads). ``map_rows(fn, n_rows, row_size, *args)``
-calls ``fn(rows, *args)`` for each block ``rows`` (a slice of the leading axis) and returns the
-calls' results in block order; the ops (softmax, layer norm, dropout, ReLU, GELU, cross-entropy,
-the residual sums of ``add``) and Adam call their own reference code on each block.
+release the GIL, though, so the same ufunc sequence run on separate contiguous blocks of an array's
+leading rows, from a few threads, can use every core (on request: see Threads). ``map_rows(fn,
+n_rows, row_size, *args)`` calls ``fn(rows, *args)`` for each block ``rows`` (a slice of the leading
+axis) and returns the calls' results in block order; the ops (softmax, layer norm, dropout, ReLU,
+GELU, cross-entropy, the residual sums of ``add``) and Adam call their own reference code on each
+block.
 
 Blocks depend only on the array's shape: about ``BLOCK_ELEMENTS`` elements of whole rows each,
 never on the thread count. A result computed row by row is then bit for bit that of the whole

@@ -43,21 +43,22 @@ it when a job ends, since nothing else would age the pool out while no requests 
 when a run ends, however it ends (train/trainer.py), and the explorer's server when it is idle.
 
 ``keep_heap()`` covers the arrays the pool does not (the element-wise ops' outputs, anything under
-``MIN_BYTES``): glibc's malloc gives the top of its heap back to the operating system whenever
-more than a threshold of it is free, which happens at the end of every step when the step's
-activations are freed, so the next step faults every page in again. Measured on a 2-core machine,
-a DecoderLM step (forward, loss, backward, Adam) took 9,300 / 16,800 / 21,100 page faults at
-d_model 64 / 128 / 256 (bench_small.py's sizes) and 48.5 / 161 / 375 ms; inside ``keep_heap()``
-1 / 2 / 0 faults and 30.9 / 142 / 344 ms. Inside it, malloc keeps up to 1 GiB of freed memory
-at the heap's top (``M_TRIM_THRESHOLD``) and serves requests under 32 MiB from the heap
-(``M_MMAP_THRESHOLD``, the most glibc's own adaptive setting would reach); on leaving the
-outermost one, ``malloc_trim(0)`` gives the free memory back and the trim threshold becomes
-64 MiB: the settings glibc's own adaptive rule reaches at its most (it raises the mmap threshold to
-the largest mapped block freed, up to 32 MiB, and the trim threshold to twice that), since after
-any ``mallopt`` that rule is off for the process and glibc's starting values (128 KiB each) would
-map and fault every array over 128 KiB (measured: 194 ms instead of 161 ms at d_model 128). The process's peak memory is that of one step either way: what is kept is memory the
-next step uses again. Elsewhere than glibc (macOS, Windows, musl) it does nothing. The trainer holds
-it for a run (train/trainer.py); a hand-written training loop can enter it too.
+``MIN_BYTES``): glibc's malloc gives the top of its heap back to the operating system whenever more
+than a threshold of it is free, which happens at the end of every step when the step's activations
+are freed, so the next step faults every page in again. Measured on a 2-core machine by
+``benchmarks/bench_heap.py`` (fresh processes, DecoderLM steps with Adam at bench_small.py's sizes):
+6,300 / 20,100 / 21,100 page faults a step at d_model 64 / 128 / 256 without it, 14 / 1 / 0 inside
+it, and the steps took 0.82 / 0.87 / 0.95x the time. Inside it, malloc keeps up to 1 GiB of freed
+memory at the heap's top (``M_TRIM_THRESHOLD``) and serves requests under 32 MiB from the heap
+(``M_MMAP_THRESHOLD``, the most glibc's own adaptive setting would reach); on leaving the outermost
+one, ``malloc_trim(0)`` gives the free memory back and the trim threshold becomes 64 MiB: the
+settings glibc's own adaptive rule reaches at its most (it raises the mmap threshold to the largest
+mapped block freed, up to 32 MiB, and the trim threshold to twice that), since after any ``mallopt``
+that rule is off for the process and glibc's starting values (128 KiB each) would map and fault
+every array over 128 KiB, each step slower than before the run. The process's peak memory is that of
+one step either way: what is kept is memory the next step uses again. Elsewhere than glibc (macOS,
+Windows, musl) it does nothing. The trainer holds it for a run (train/trainer.py); a hand-written
+training loop can enter it too.
 """
 from __future__ import annotations
 
