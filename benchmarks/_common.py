@@ -396,13 +396,13 @@ def print_paired(res: Paired, unit: str = "ms", width: int = 24, what: str | Non
     return s
 
 
-def add_pairs_args(parser, pairs: int = 15, warmup: int = 2) -> None:
+def add_pairs_args(parser, pairs: int = 15, warmup: int = 2, settle: float = SETTLE) -> None:
     parser.add_argument("--pairs", type=int, default=pairs,
                         help=f"timed pairs after the warm-up, the order rotated each round (default {pairs})")
     parser.add_argument("--warmup", type=int, default=warmup, help=f"untimed rounds first (default {warmup})")
-    parser.add_argument("--settle", type=float, default=SETTLE,
+    parser.add_argument("--settle", type=float, default=settle,
                         help=f"seconds of rest before each side's step, so the other side's threads stop spinning "
-                             f"(default {SETTLE}; 0: back to back)")
+                             f"(default {settle}; 0: back to back)")
 
 
 def medians(times: dict) -> dict:

@@ -10,7 +10,11 @@ vs torch's gelu backward. Each pair is timed on its own (``_common.paired``): af
 untimed rounds, --pairs rounds of one call of each back to back, the order swapped from one
 round to the next; each side's median, the median per-round ratio npformer / other with its
 interquartile range, the ratio by which side ran first, and the verdict (faster only when the
-upper quartile is below 1). --threads (default: one per physical core) sets torch's
+upper quartile is below 1). The calls run back to back (--settle 0, unlike the step benchmarks'
+0.3 s of rest): one call is a millisecond or less, and after a rest torch's first call wakes its
+thread pool (``--settle 0.3`` shows it: torch's GELU forward a median 7.0 ms against 0.29 ms back
+to back, on the machine of docs/performance.md): with a rest the pair would time torch's wake-up,
+not its GELU, which a step's GELU never pays. The order still alternates. --threads (default: one per physical core) sets torch's
 threads; numpy's element-wise loops, and so npformer's erf and GELU and scipy's erf, run on one
 core whatever it says, which is what their users get. A full run takes a few seconds.
 
@@ -42,7 +46,7 @@ def scaled_diff(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="array length (default 1,000,000)")
-    add_pairs_args(ap, pairs=15, warmup=2)
+    add_pairs_args(ap, pairs=15, warmup=2, settle=0.0)
     add_threads_arg(ap)
     args = ap.parse_args()
 
