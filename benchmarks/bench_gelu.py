@@ -15,8 +15,8 @@ upper quartile is below 1). The calls run back to back (--settle 0, unlike the s
 thread pool (``--settle 0.3`` shows it: torch's GELU forward a median 7.0 ms against 0.29 ms back
 to back, on the machine of docs/performance.md): with a rest the pair would time torch's wake-up,
 not its GELU, which a step's GELU never pays. The order still alternates. --threads (default: one
-per physical core) sets torch's threads; numpy's element-wise loops, and so npformer's erf and GELU and scipy's erf, run on one
-core whatever it says, which is what their users get. A full run takes a few seconds.
+per physical core) sets torch's threads; numpy's element-wise loops, and so npformer's erf and GELU
+and scipy's erf, run on one core whatever it says, which is what their users get. A full run takes a few seconds.
 
 Parity, checked before the timings are printed (exit status 1 on a miss): npformer's float32
 erf within its stated 5e-7 of float64 scipy.special.erf, its float64 erf within its stated
