@@ -5,7 +5,7 @@
 
 Every path runs its block through ``sublayer_forward``: training (``EncoderLayer``/``DecoderLayer``),
 packed inference (``fast=True``) and KV-cache decoding. Only F differs between them. The residual
-sums of large arrays run on row blocks on a few threads (``ops/parallel.py add``, the same bits).
+sums of large arrays run on row blocks (``ops/parallel.py add``, the same bits).
 Dimension legend: ``...`` leading dims, E model width.
 """
 from __future__ import annotations

@@ -232,7 +232,7 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def relu_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (y, cache). Large arrays: the same on row blocks on a few threads (ops/parallel.py)."""
+    """Returns (y, cache). Large arrays: the same on row blocks (ops/parallel.py)."""
     if parallel.blocked(x):
         y = np.empty_like(x)                                      # (...)
         n = x.shape[-1]

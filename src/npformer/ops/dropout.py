@@ -1,7 +1,7 @@
 """Inverted dropout: keep each element with probability 1 - p and scale it by 1 / (1 - p),
 so the expected value is unchanged and inference needs no rescaling.
 
-Large arrays (``ops/parallel.py``) draw their mask in row blocks on a few threads: one draw from
+Large arrays (``ops/parallel.py``) draw their mask in row blocks: one draw from
 ``rng`` gives a root seed, and block i draws from its own SFC64 generator, seeded by the root seed
 and i through ``np.random.SeedSequence`` (independent streams by its construction). Each element
 keeps when a raw 32-bit draw u is >= round(p 2^32): probability 1 - p to within 2^-33, from half

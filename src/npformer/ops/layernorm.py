@@ -4,7 +4,7 @@
 
 Dimension legend: ``...`` leading dims, ``R`` rows (all leading positions), ``C`` normalised features.
 The reference op; its forward-only fast twin for inference is ``ops/inference.py layernorm_inference``.
-Large arrays run the same code on row blocks on a few threads (``ops/parallel.py``, pinned by
+Large arrays run the same code on row blocks (``ops/parallel.py``: one thread unless asked, pinned by
 tests/ops/test_parallel.py): every row's values are the same bits; the weight and bias gradients
 add the blocks' partial sums in block order, the same for any thread count.
 """

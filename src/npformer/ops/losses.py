@@ -5,7 +5,7 @@
     loss   = sum over non-ignored n of loss_n / (number of non-ignored n)
 
 Dimension legend: ``N`` rows (tokens), ``C`` classes.
-Large logits run the same row-wise code on row blocks on a few threads (``ops/parallel.py``;
+Large logits run the same row-wise code on row blocks (``ops/parallel.py``;
 pinned by tests/ops/test_parallel.py): the same bits for every row.
 """
 from __future__ import annotations

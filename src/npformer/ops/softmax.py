@@ -2,7 +2,7 @@
 
 Shapes: any leading dimensions ``...``, softmax over the last one.
 Inference attention (``ops/inference.py attention_inference``) exponentiates its scores in place instead.
-Large arrays run the same code on row blocks on a few threads (``ops/parallel.py``; the twin is
+Large arrays run the same code on row blocks (``ops/parallel.py``; the twin is
 pinned by tests/ops/test_parallel.py): each row's result is the same bits either way.
 """
 from __future__ import annotations
