@@ -19,18 +19,18 @@ blocks run on the calling thread alone, for the cache (a multi-pass op on a bloc
 and more threads are an explicit choice. Why not every core by default: measured on a 2-core
 machine (AVX-512, OpenBLAS on 2 threads) by ``benchmarks/bench_parallel.py``, which times both
 settings side by side, each op called after a product as in a step, two threads were slower or
-level for every op (GELU forward on a (2048, 512) array 1.07x the one thread's time, the residual
-sum on attention-sized arrays 1.16x, softmax 1.03-1.05x) and for whole DecoderLM training steps
-(1.06-1.07x at d_model 64, 128 and 256). Two causes: numpy's OpenBLAS leaves its worker threads
+level for every op (GELU forward 1.11x the one thread's time on a (2048, 512) array, the residual
+sum 1.10x on attention-sized arrays, softmax 1.01-1.02x) and for whole DecoderLM training steps
+(1.04-1.07x at d_model 64, 128 and 256; docs/performance.md). Two causes: numpy's OpenBLAS leaves its worker threads
 spinning on the other cores for a while after each product, so a helper thread there shares its
 core with one; and each of an op's ufunc calls hands the GIL between the threads, which costs a
 thread wake-up (a median 8 us, a 90th percentile of 96 us there) against a few microseconds of
 arithmetic per call. Run it on another machine to see whether ``limit(n)`` pays there.
 
 With ``limit(n)``, n > 1: the calling thread takes blocks too; helper threads are started on first
-use, and wait on a queue between jobs, blocked, never spinning. Blocks are handed out one at a time, so a helper
-that a busy machine wakes late finds the work done and takes nothing. A block's exception stops
-the job and is raised in the caller. A call from inside a block (nested) runs inline.
+use, and wait on a queue between jobs, blocked, never spinning. Blocks are handed out one at a
+time, so a helper that a busy machine wakes late finds the work done and takes nothing. A block's
+exception stops the job and is raised in the caller. A call from inside a block (nested) runs inline.
 """
 from __future__ import annotations
 
