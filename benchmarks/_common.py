@@ -486,3 +486,34 @@ def base_model_and_batch():
     tgt_out = np.roll(tgt_in, -1, axis=1)                                  # (B, T)
     tgt_out[:, -1] = PAD
     return model, cfg, src, tgt_in, tgt_out, V, PAD
+
+
+# bench_small.py's decoder-only models (d_model, layers, batch, tokens), which bench_parallel.py and
+# bench_heap.py train too, and the Adam settings of all three (npformer's defaults, the paper's 5.3)
+SMALL_SIZES = ((64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128))
+SMALL_ADAM = {"lr": 1e-3, "betas": (0.9, 0.98), "eps": 1e-9}
+
+
+def small_lm(d: int, layers: int, t: int, vocab: int = 96, dtype=None):
+    """One of the small models: GPT-style DecoderLM (pre-LN, learned positions, GELU), 4 heads,
+    d_ff = 4 d_model, at most ``t`` tokens, dropout 0.1, seed 0; float32 unless ``dtype``."""
+    import numpy as np
+
+    from npformer.models import DecoderLM, DecoderLMConfig
+    cfg = DecoderLMConfig(vocab_size=vocab, d_model=d, n_heads=4, d_ff=4 * d, n_layers=layers, max_len=t,
+                          dropout=0.1)
+    return DecoderLM(cfg, rng=0, dtype=np.float32 if dtype is None else dtype)
+
+
+def small_batch(b: int, t: int, vocab: int = 96, seed: int = 0):
+    """(x, y): b random sequences of t + 1 tokens, split into inputs and next-token targets, (b, t) each."""
+    import numpy as np
+    seq = np.random.default_rng(seed).integers(0, vocab, (b, t + 1))     # (B, T + 1)
+    return seq[:, :-1].copy(), seq[:, 1:].copy()
+
+
+def small_step(model, opt, x, y, rng) -> float:
+    """One training step of a small model: forward, next-token cross-entropy, backward, Adam."""
+    loss, grads = model.loss(x, y, rng=rng)
+    opt.step(grads)
+    return float(loss)

@@ -18,6 +18,7 @@ Elsewhere than glibc keep_heap does nothing, and the script says so and exits.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import statistics
@@ -27,32 +28,31 @@ import time
 
 import numpy as np
 
-from _common import add_threads_arg, check, print_setup, set_threads
-
-SIZES = [(64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128)]    # d_model, layers, batch, tokens
+from _common import (
+    SMALL_ADAM,
+    SMALL_SIZES,
+    add_threads_arg,
+    check,
+    print_setup,
+    set_threads,
+    small_batch,
+    small_lm,
+    small_step,
+)
 
 
 def child(kept: bool, steps: int) -> dict:
     import contextlib
 
-    from npformer.models import DecoderLM, DecoderLMConfig
     from npformer.ops import workspace
     from npformer.train import Adam
     out = {}
     with workspace.keep_heap() if kept else contextlib.nullcontext():
-        for d, layers, b, t in SIZES:
-            cfg = DecoderLMConfig(vocab_size=96, d_model=d, n_heads=4, d_ff=4 * d, n_layers=layers, max_len=t,
-                                  dropout=0.1)
-            model = DecoderLM(cfg, rng=0)
+        for d, layers, b, t in SMALL_SIZES:
+            model, (x, y) = small_lm(d, layers, t), small_batch(b, t)
             model.train()
-            opt, rng = Adam(model.state_dict(), lr=1e-3), np.random.default_rng(1)
-            seq = np.random.default_rng(0).integers(0, 96, (b, t + 1))      # (B, T + 1)
-            x, y = seq[:, :-1].copy(), seq[:, 1:].copy()                    # (B, T) each
-
-            def step(model=model, opt=opt, rng=rng, x=x, y=y):
-                loss, grads = model.loss(x, y, rng=rng)
-                opt.step(grads)
-                return float(loss)
+            opt, rng = Adam(model.state_dict(), **SMALL_ADAM), np.random.default_rng(1)
+            step = functools.partial(small_step, model, opt, x, y, rng)
             for _ in range(3):
                 step()
             times, f0 = [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -95,7 +95,7 @@ def main() -> None:
                 print(done.stderr, file=sys.stderr)
                 raise SystemExit(f"the {setting} process failed (exit status {done.returncode})")
             runs[setting].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    for d, layers, b, t in SIZES:
+    for d, layers, b, t in SMALL_SIZES:
         k = str(d)
         check(f"d_model {d}: the loss after the same steps, plain vs kept",
               abs(runs["plain"][0][k]["loss"] - runs["kept"][0][k]["loss"]), 0.0)

@@ -27,13 +27,24 @@ import argparse
 
 import numpy as np
 
-from _common import add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
-from npformer.models import DecoderLM, DecoderLMConfig
+from _common import (
+    SMALL_ADAM,
+    SMALL_SIZES,
+    add_pairs_args,
+    add_threads_arg,
+    check,
+    paired,
+    print_paired,
+    print_setup,
+    set_threads,
+    small_batch,
+    small_lm,
+    small_step,
+)
 from npformer.ops import activations, dropout, layernorm, parallel, softmax, workspace
 from npformer.train import Adam
 
 SHAPES = {"FFN (2048, 512)": ((2048, 512), (512, 512)), "attention (32, 4, 64, 64)": ((32, 4, 64, 64), (256, 256))}
-SIZES = [(64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128)]    # d_model, layers, batch, tokens
 
 
 def op_cases(shape: tuple, rng: np.random.Generator) -> dict:
@@ -62,25 +73,16 @@ def under(n: int, fn, reps: int, before=None):
     return run
 
 
-def step_case(d: int, layers: int, b: int, t: int):
-    cfg = DecoderLMConfig(vocab_size=96, d_model=d, n_heads=4, d_ff=4 * d, n_layers=layers, max_len=t, dropout=0.1)
-    seq = np.random.default_rng(0).integers(0, 96, (b, t + 1))              # (B, T + 1)
-    x, y = seq[:, :-1].copy(), seq[:, 1:].copy()                            # (B, T) each
-    models = {}
+def step_side(n: int, d: int, layers: int, b: int, t: int):
+    """One side of a step case: its own model, Adam and dropout stream; each step with the row blocks on n threads."""
+    model, (x, y) = small_lm(d, layers, t), small_batch(b, t)
+    model.train()
+    opt, rng = Adam(model.state_dict(), **SMALL_ADAM), np.random.default_rng(1)
 
-    def make(n: int):
-        model = DecoderLM(cfg, rng=0)
-        model.train()
-        opt, rng = Adam(model.state_dict(), lr=1e-3), np.random.default_rng(1)
-        models[n] = model
-
-        def step():
-            with parallel.limit(n):
-                loss, grads = model.loss(x, y, rng=rng)
-                opt.step(grads)
-            return loss
-        return step
-    return make, models
+    def step():
+        with parallel.limit(n):
+            return small_step(model, opt, x, y, rng)
+    return step
 
 
 def main() -> None:
@@ -110,9 +112,8 @@ def main() -> None:
             res = paired({f"{n} threads": under(n, fn, args.reps, before), "1 thread": under(1, fn, args.reps, before)},
                          args.pairs, warmup=args.warmup, settle=0.05)
             summary.append((f"{name}, {where}", print_paired(res)))
-    for d, layers, b, t in SIZES:
-        make, models = step_case(d, layers, b, t)
-        sides = {f"{n} threads": make(n), "1 thread": make(1)}
+    for d, layers, b, t in SMALL_SIZES:
+        sides = {f"{n} threads": step_side(n, d, layers, b, t), "1 thread": step_side(1, d, layers, b, t)}
         check(f"DecoderLM d_model {d}: the first step's loss, {n} threads vs 1",
               abs(float(sides[f"{n} threads"]()) - float(sides["1 thread"]())), 0.0)
         print(f"\nDecoderLM training step, d_model {d}, {layers} layers, batch {b} x {t}")

@@ -55,14 +55,23 @@ import torch
 import torch.nn.functional as F
 
 import npformer
-from _common import MIN_PAIRS, add_pairs_args, add_threads_arg, check, paired, print_paired, print_setup, set_threads
+from _common import (
+    MIN_PAIRS,
+    SMALL_ADAM,
+    SMALL_SIZES,
+    add_pairs_args,
+    add_threads_arg,
+    check,
+    paired,
+    print_paired,
+    print_setup,
+    set_threads,
+    small_lm,
+    small_step,
+)
 from npformer.interop.torch import _key_to_torch as torch_key  # the FFN sits under ``ffn.`` in npformer only
-from npformer.models import DecoderLM, DecoderLMConfig
 from npformer.ops import workspace
 from npformer.train import Adam
-
-SIZES = ((64, 2, 64, 32), (128, 4, 32, 64), (256, 4, 16, 128))       # d_model, layers, batch, tokens
-LR, BETAS, EPS = 1e-3, (0.9, 0.98), 1e-9
 
 
 def torch_names(d: int, layers: int) -> set[str]:
@@ -86,9 +95,7 @@ def check_keys(label: str, got: set[str], want: set[str]) -> None:
 def make_pair(d: int, layers: int, t: int, vocab: int, dtype, keys: bool = False):
     """The npformer model and its torch twin with the same weights, and an Adam for each; with
     ``keys``, check both models' keys against torch's own names first."""
-    cfg = DecoderLMConfig(vocab_size=vocab, d_model=d, n_heads=4, d_ff=4 * d, n_layers=layers, max_len=t,
-                          dropout=0.1)
-    model = DecoderLM(cfg, rng=0, dtype=dtype)
+    model = small_lm(d, layers, t, vocab, dtype)
     if keys:
         want = torch_names(d, layers)
         check_keys("npformer's keys through _key_to_torch vs torch's names, keys that differ",
@@ -96,15 +103,9 @@ def make_pair(d: int, layers: int, t: int, vocab: int, dtype, keys: bool = False
     ref = npformer.to_torch(model)
     if keys:
         check_keys("the torch twin's keys vs torch's names, keys that differ", set(ref.state_dict()), want)
-    opt = Adam(model.state_dict(), lr=LR, betas=BETAS, eps=EPS)
-    topt = torch.optim.Adam(ref.parameters(), lr=LR, betas=BETAS, eps=EPS)
+    opt = Adam(model.state_dict(), **SMALL_ADAM)
+    topt = torch.optim.Adam(ref.parameters(), **SMALL_ADAM)
     return model, ref, opt, topt
-
-
-def np_step(model, opt, x, y, rng):
-    loss, grads = model.loss(x, y, rng=rng)
-    opt.step(grads)
-    return loss
 
 
 def torch_step(ref, topt, xt, yt, vocab):
@@ -132,7 +133,7 @@ def parity(d, layers, t, vocab, x, y, dtype, tol_loss, tol_param) -> None:
         diff = max(float(np.abs(p - tsd[torch_key(k)].numpy()).max()) for k, p in model.state_dict().items())
         check(f"{name} parameters after one Adam step, max |npformer - torch|", diff, tol_param)
         return
-    floor, diff, compared, total = 1000 * EPS, 0.0, 0, 0
+    floor, diff, compared, total = 1000 * SMALL_ADAM["eps"], 0.0, 0, 0
     for k, p in model.state_dict().items():
         g, tg = grads[k], tgrads[torch_key(k)]
         above = (np.sign(g) == np.sign(tg)) & (np.minimum(np.abs(g), np.abs(tg)) > floor)
@@ -160,7 +161,7 @@ def main() -> None:
           f"numpy's BLAS and torch on {threads} thread(s)")
     rng = np.random.default_rng(0)
     ratios = []
-    for d, layers, b, t in SIZES:
+    for d, layers, b, t in SMALL_SIZES:
         seq = rng.integers(0, args.vocab, (b, t + 1))                        # (B, T + 1)
         x, y = seq[:, :-1].copy(), seq[:, 1:].copy()                         # (B, T) each
         print(f"\nd_model {d}, {layers} layers, 4 heads, d_ff {4 * d}, batch {b} x {t} tokens")
@@ -170,7 +171,7 @@ def main() -> None:
         model, ref, opt, topt = make_pair(d, layers, t, args.vocab, np.float32)
         model.train(), ref.train()
         torch.manual_seed(1)
-        sides = {"npformer": partial(np_step, model, opt, x, y, np.random.default_rng(1)),
+        sides = {"npformer": partial(small_step, model, opt, x, y, np.random.default_rng(1)),
                  "torch": partial(torch_step, ref, topt, torch.from_numpy(x), torch.from_numpy(y), args.vocab)}
         with workspace.keep_heap():          # as the trainer runs its steps (process-wide: torch's side too)
             res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)

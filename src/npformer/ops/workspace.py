@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import platform
 import sys
 import threading
@@ -190,8 +191,10 @@ _heap_lock = threading.Lock()
 _heap_users = 0
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
-    """The C library, when it is glibc (whose mallopt and malloc_trim keep_heap uses), else None."""
+    """The C library, when it is glibc (whose mallopt and malloc_trim keep_heap uses), else None;
+    looked up once per process."""
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return None
     try:
