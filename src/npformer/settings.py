@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import re
+import reprlib
 import struct
 import types
 import typing
@@ -78,7 +79,7 @@ def check_value(value, typ, name: str):
         if t not in (type(None), bool, int, float, str):
             return value                                                 # not a JSON scalar type: trust it
     names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
-    raise TypeError(f"{name} must be {names}, got {value!r}")
+    raise TypeError(f"{name} must be {names}, got {quoted(value)}")
 
 
 def from_dict(cls, d: dict, what: str = ""):
@@ -89,7 +90,7 @@ def from_dict(cls, d: dict, what: str = ""):
     types_ = field_types(cls)
     unknown = sorted(set(d) - set(types_))
     if unknown:
-        raise ValueError(f"{what} has no setting {unknown[0]!r}; known: {', '.join(sorted(types_))}")
+        raise ValueError(f"{what} has no setting {quoted(unknown[0])}; known: {', '.join(sorted(types_))}")
     return cls(**{k: check_value(v, types_[k], f"{what}.{k}") for k, v in d.items()})
 
 
@@ -127,6 +128,34 @@ MAX_JSON_BYTES = 1 << 20        # a JSON file npformer reads: configs are a few 
 MAX_JSON_DEPTH = 64             # nested arrays and objects; npformer's own files nest 4 deep at most
 MAX_NUMBER_CHARS = 64           # characters of one number literal: a 128-bit generator state (39 digits) fits
 MAX_MESSAGE_CHARS = 300         # a FileFormatError's message is cut to this
+MAX_QUOTED_CHARS = 64           # of one value read from a file, an error message quotes at most this
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 2, MAX_QUOTED_CHARS, MAX_QUOTED_CHARS, MAX_QUOTED_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+
+
+def quoted(value) -> str:
+    """``repr(value)`` for an error message, at most MAX_QUOTED_CHARS characters ("..." marks a cut):
+    the one way a message quotes a value read from a file (a name, a string, a number, a list), so
+    a file's content reaches the screen a few dozen characters at a time at most. Computed without
+    building the whole repr (a list of a million items costs no more than four)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS - 3] + "..."
+
+
+_LEADING_TEXT = re.compile(r"[^'\"]*")         # a message's text before its first quote
+
+
+def _cut_literal(text: str) -> str:
+    """Python's own errors end with the value they quote ("invalid literal for int() with base 10:
+    '...'", "could not convert string to float: '...'", a KeyError's key): ``text`` with such a
+    quoted tail, one that follows ": " or starts the message, cut to MAX_QUOTED_CHARS characters."""
+    head = _LEADING_TEXT.match(text).group()                          # type: ignore[union-attr]  # always matches
+    tail = text[len(head):]
+    if len(tail) <= MAX_QUOTED_CHARS or not (head == "" or head.endswith(": ")):
+        return text
+    return head + tail[:MAX_QUOTED_CHARS - 3] + "..."
 
 
 class FileFormatError(ValueError):
@@ -151,7 +180,7 @@ def _why(e: BaseException) -> str:
         return "is nested too deeply to read"
     if isinstance(e, MemoryError):
         return "needs more memory than there is to read"
-    text = (str(e).strip().splitlines() or [""])[0]
+    text = _cut_literal((str(e).strip().splitlines() or [""])[0])    # Python's own errors quote values
     if isinstance(e, (ValueError, TypeError)) and text:                # a loader's own check, or a type's
         return text
     return f"is malformed ({type(e).__name__}{': ' + text if text else ''})"

@@ -36,8 +36,9 @@ from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
 from ..settings import FileFormatError, read_json, reading
+from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
-from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, expected_entries
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",

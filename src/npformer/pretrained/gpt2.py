@@ -29,9 +29,10 @@ import numpy as np
 from ..models import DecoderLM, DecoderLMConfig
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..settings import FileFormatError, parse_json, read_bounded, read_json, reading
+from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
 from .tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_json
-from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, expected_entries
 
 # config.json's activation_function values that are GELU's tanh approximation
 TANH_GELU_NAMES = ("gelu_new", "gelu_pytorch_tanh")

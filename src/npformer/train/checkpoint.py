@@ -47,27 +47,20 @@ import numpy as np
 
 from .. import settings
 from ..files import _fsync_dir, _stage, open_in_place, writing
+from ..tensorfile import DTYPES, read_header, read_tensors, safetensors_bytes
 
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
     "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
 LOCK = "train.lock"
 
 
-def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
-    from safetensors.numpy import save
-    # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
-    return save({k: np.require(v, requirements="C") for k, v in tensors.items()}, metadata=metadata)
-
-
 def read_safetensors(path, expect: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; ValueError naming the file when it is unreadable.
 
-    The header is read and checked alone first (``pretrained.weights.read_header``: its size, every
-    entry's dtype, shape and byte range inside the file). With ``expect`` (name -> array), the
+    The header is read and checked alone first (``tensorfile.read_header``: its size, every entry's
+    dtype, shape and byte range, the ranges tiling the data). With ``expect`` (name -> array), the
     header's names, shapes and dtypes must also match it (``check_state_matches``) before any tensor
     is read, so a file that disagrees with its config.json takes no memory for its tensors."""
-    from ..pretrained.weights import DTYPES, read_header, read_tensors
-
     entries, meta = read_header(path)
     if expect is not None:
         declared = {name: SimpleNamespace(shape=e.shape, dtype=np.dtype(DTYPES[e.dtype][0] or "V2"))
