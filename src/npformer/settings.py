@@ -10,6 +10,10 @@ nesting depth (checked before parsing, so no recursion error), the characters of
 NaN or Infinity unless the caller asks for them. ``reading(path)`` wraps a loader's parsing: an
 exception a malformed file can cause (KeyError, IndexError, RecursionError, MemoryError, ...) becomes
 a ``FileFormatError`` whose one-line message names the file; the command line prints it and exits 2.
+``check_links(directory)`` refuses a model directory (a run's, a Hugging Face one) holding a link
+that leads outside it, and ``quoted(value)`` is how every error quotes a value read from a file: at
+most 64 characters of it. No error quotes the bytes of a file that failed to parse.
+
 A leaf module: the standard library only.
 """
 from __future__ import annotations
@@ -17,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import reprlib
 import struct
 import types
 import typing
 import zipfile
+from pathlib import Path
 
 
 def field_types(cls) -> dict[str, object]:
@@ -274,3 +280,71 @@ def read_json(path, top: type | None = None, allow_nonfinite: bool = False,
     """The JSON value of the file ``path``, read with limits (``parse_json``'s, and at most
     ``max_bytes``); every error is one line naming the file, a FileFormatError or the OS's OSError."""
     return parse_json(read_bounded(path, max_bytes), path, top, allow_nonfinite)
+
+
+# -- links inside a model directory ---------------------------------------------------------------
+
+MAX_LINK_SCAN = 10_000          # entries of a model directory's sub-folders looked at (its own: all)
+MAX_LINK_DEPTH = 3              # sub-folder levels looked into (a pooling config is one level down)
+
+
+def _homes(root: Path) -> tuple[Path, ...]:
+    """Where links inside the (resolved) directory ``root`` may point: into ``root`` itself, and, for a
+    snapshot of Hugging Face's cache (``models--ORG--NAME/snapshots/REV``), into the same repository's
+    ``blobs`` folder, where the cache keeps the files its snapshots link to."""
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root, root.parent.parent / "blobs"
+    return (root,)
+
+
+def _refuse_link(link: Path) -> FileFormatError:
+    return FileFormatError(f"{link} is a link that leads outside its model directory, and npformer reads only "
+                           "files inside it: copy the directory with its links resolved (cp -rL DIR COPY) "
+                           "and use the copy")
+
+
+def check_inside(directory, path) -> None:
+    """A FileFormatError unless ``path`` (inside ``directory``) resolves inside ``directory`` (or, for a
+    Hugging Face cache snapshot, its repository's blobs): a file link or a folder link on the way to it
+    that leads outside is refused with one line naming ``path``."""
+    homes = _homes(Path(directory).resolve())
+    try:
+        target = Path(path).resolve()
+    except (OSError, RuntimeError):                                    # a loop of links
+        raise _refuse_link(Path(path)) from None
+    if not any(target == home or target.is_relative_to(home) for home in homes):
+        raise _refuse_link(Path(path))
+
+
+def check_links(directory) -> None:
+    """Refuse a model directory (a run directory, a Hugging Face directory) that holds a link leading
+    outside it: every entry of the directory itself, and of its sub-folders (MAX_LINK_DEPTH levels, at
+    most MAX_LINK_SCAN entries), that is a symbolic link must resolve inside it (``check_inside``).
+    So a model.safetensors or merges.txt linked to /etc/passwd, or a folder linked to $HOME, is one
+    line naming the link, never read. The directory itself may be reached through a link."""
+    directory = Path(directory)
+    homes = _homes(directory.resolve())
+    level, depth, seen = [directory], 0, 0
+    while level and depth <= MAX_LINK_DEPTH:
+        deeper = []
+        for folder in level:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:                                             # unreadable: its readers will say so
+                continue
+            for entry in entries:
+                if depth > 0:
+                    seen += 1
+                    if seen > MAX_LINK_SCAN:
+                        return
+                path = Path(entry.path)
+                if entry.is_symlink():
+                    try:
+                        target = path.resolve()
+                    except (OSError, RuntimeError):                    # a loop of links leads nowhere inside
+                        raise _refuse_link(path) from None
+                    if not any(target == home or target.is_relative_to(home) for home in homes):
+                        raise _refuse_link(path)
+                elif entry.is_dir(follow_symlinks=False):
+                    deeper.append(path)
+        level, depth = deeper, depth + 1

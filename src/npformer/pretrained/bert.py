@@ -35,7 +35,7 @@ import numpy as np
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
-from ..settings import FileFormatError, read_json, reading
+from ..settings import FileFormatError, check_links, read_json, reading
 from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
 from .weights import WEIGHT_DTYPES, expected_entries
@@ -404,6 +404,7 @@ def load_bert(path: str | Path, dtype=np.float32) -> BertModel:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json")
+    check_links(path)
     weights = safetensors_file(path)
     with reading(cfg_file):
         cfg = BertConfig.from_dict(read_json(cfg_file, top=dict), str(cfg_file))

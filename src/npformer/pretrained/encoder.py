@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..settings import read_json, reading
+from ..settings import check_inside, check_links, read_json, reading
 from .bert import BertModel, load_bert
 from .hf import model_type, safetensors_file
 from .parallel import default_threads, map_threads
@@ -83,6 +83,7 @@ def _read_modules(path: Path) -> tuple[Path, dict, bool]:
         if not isinstance(folder, str) or Path(folder).is_absolute() or ".." in Path(folder).parts:
             raise ValueError(f"{file}: the Pooling module's path {folder!r} is not a folder inside {path}")
     pool_file = path / folder / "config.json"
+    check_inside(path, pool_file)                                      # however deep its folder lies
     return pool_file, _read_json(pool_file, "the pooling config", dict), "Normalize" in kinds
 
 
@@ -146,6 +147,7 @@ class SentenceEncoder:
             raise FileNotFoundError(f"model directory {path} does not exist")
         if not path.is_dir():
             raise NotADirectoryError(f"model path {path} is not a directory")
+        check_links(path)                                              # a link leading outside: refused
         if not (path / "modules.json").is_file() and model_type(path) is not None:
             return cls._load_plain(path)
         safetensors_file(path)                                         # pytorch_model.bin alone: how to convert it

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..models import DecoderLM, DecoderLMConfig
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
-from ..settings import FileFormatError, parse_json, read_bounded, read_json, reading
+from ..settings import FileFormatError, check_links, parse_json, read_bounded, read_json, reading
 from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
 from .tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_json
@@ -124,6 +124,7 @@ def read_config(path: str | Path) -> GPT2Config:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json")
+    check_links(path)
     with reading(cfg_file):
         return GPT2Config.from_dict(read_json(cfg_file, top=dict), str(cfg_file))
 
@@ -225,6 +226,7 @@ class ByteBPETokenizer:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         path = Path(path)
+        check_links(path)
         tok_file, vocab_file, merges_file = path / "tokenizer.json", path / "vocab.json", path / "merges.txt"
         if tok_file.is_file():
             self._tok = read_tokenizer_json(tok_file)
@@ -234,7 +236,8 @@ class ByteBPETokenizer:
                 raise FileFormatError(f"{vocab_file} must map tokens to non-negative int ids")
             with reading(merges_file):
                 lines = read_bounded(merges_file, MAX_TOKENIZER_BYTES).decode("utf-8").splitlines()
-                merges = [_merge(line, merges_file) for line in lines if line and not line.startswith("#version")]
+                merges = [_merge(line, merges_file, n) for n, line in enumerate(lines, 1)
+                          if line and not line.startswith("#version")]
             try:
                 bpe = models.BPE(vocab=vocab, merges=merges)
             except Exception as e:
@@ -263,8 +266,8 @@ class ByteBPETokenizer:
         return [self._tok.decode([int(i)], skip_special_tokens=False) for i in ids]
 
 
-def _merge(line: str, source: Path) -> tuple[str, str]:
+def _merge(line: str, source: Path, n: int) -> tuple[str, str]:
     parts = line.split(" ")
-    if len(parts) != 2:
-        raise FileFormatError(f"{source}: a merge is two tokens separated by one space, got {line[:40]!r}")
+    if len(parts) != 2:                                     # the line is never quoted: it may be anything
+        raise FileFormatError(f"{source} line {n}: a merge is two tokens separated by one space")
     return parts[0], parts[1]

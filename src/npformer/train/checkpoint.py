@@ -224,10 +224,12 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     """Load a run directory's task and trained model, checking what the caller expects.
 
     task / model_kind: when given, a run of another task or kind is a ValueError naming both.
-    The weights must match the shapes config.json implies, key by key."""
+    The weights must match the shapes config.json implies, key by key. A link in the directory that
+    leads outside it is refused (``settings.check_links``), before any file is read."""
     from ..data.tasks import get_task, model_config_from_dict
 
     run_dir = Path(run_dir)
+    settings.check_links(run_dir)                                         # a link leading outside: refused
     config = read_config(run_dir)
     if task is not None and config["task"] != task:
         raise ValueError(f"{run_dir} holds a {config['task']!r} run, not a {task!r} run")
