@@ -216,7 +216,7 @@ def read_config(run_dir) -> dict:
     config = read_json(run_dir / CONFIG)
     for key, typ in (("task", str), ("model_kind", str), ("model", dict), ("train", dict), ("data", dict)):
         if not isinstance(config.get(key) if isinstance(config, dict) else None, typ):
-            raise ValueError(f"{run_dir / CONFIG} lacks a valid {key!r} entry")
+            raise ValueError(f"{run_dir / CONFIG} lacks a valid {settings.quoted(key)} entry")
     return config
 
 
@@ -232,16 +232,16 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     settings.check_links(run_dir)                                         # a link leading outside: refused
     config = read_config(run_dir)
     if task is not None and config["task"] != task:
-        raise ValueError(f"{run_dir} holds a {config['task']!r} run, not a {task!r} run")
+        raise ValueError(f"{run_dir} holds a {settings.quoted(config['task'])} run, not a {settings.quoted(task)} run")
     kinds = (model_kind,) if isinstance(model_kind, str) else model_kind
     if kinds is not None and config["model_kind"] not in kinds:
-        raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({config['task']!r} task); "
+        raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({settings.quoted(config['task'])} task); "
                          f"this command needs a {' or '.join(kinds)} model")
     with settings.reading(run_dir / CONFIG):                              # its errors name config.json
         task_cls = get_task(config["task"])
         if task_cls.model_kind != config["model_kind"]:
-            raise ValueError(f"{run_dir / CONFIG}: task {config['task']!r} uses a {task_cls.model_kind} model, "
-                             f"not {config['model_kind']!r}")
+            raise ValueError(f"{run_dir / CONFIG}: task {settings.quoted(config['task'])} uses a "
+                             f"{task_cls.model_kind} model, not {settings.quoted(config['model_kind'])}")
         the_task = task_cls.from_dict(config["data"])
         model_config = model_config_from_dict(config["model_kind"], config["model"])
     model = the_task.build_model(model_config, rng=np.random.default_rng(0))
