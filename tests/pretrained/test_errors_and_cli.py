@@ -8,7 +8,7 @@ import pytest
 from npformer.cli import main
 from npformer.pretrained import SentenceEncoder, default_model_dir
 from npformer.pretrained import encoder as encoder_module
-from oracles import minilm_dir
+from oracles import minilm_dir, place_file
 
 NEEDED = ["config.json", "model.safetensors", "tokenizer.json", "modules.json", "sentence_bert_config.json",
           "1_Pooling/config.json"]
@@ -25,7 +25,7 @@ def enc(model_dir):
 
 
 def copy_dir(src, dst, skip=(), config=None):
-    """A model directory at dst: links to src's files (no 90 MB copy), less ``skip``, with an
+    """A model directory at dst: hard links to src's files (no 90 MB copy), less ``skip``, with an
     edited config.json if ``config`` is given."""
     for name in NEEDED:
         if name in skip:
@@ -34,7 +34,7 @@ def copy_dir(src, dst, skip=(), config=None):
         if name == "config.json" and config is not None:
             (dst / name).write_text(json.dumps(config))
         else:
-            (dst / name).symlink_to(src / name)
+            place_file(dst / name, src / name)
     return dst
 
 

@@ -172,10 +172,10 @@ def test_a_bad_config_is_one_line_naming_it(tmp_path, capsys, text, words):
 def test_a_minilm_copy_without_modules_json_is_plain_and_mean_pooled(tmp_path):
     """MiniLM's real weights as a plain directory: its embeddings are the sentence-transformers pipeline's
     before the L2 norm (MiniLM pools by the mean too)."""
-    from oracles import minilm_dir
+    from oracles import minilm_dir, place_file
     src = minilm_dir()
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        (tmp_path / name).symlink_to(src / name)
+        place_file(tmp_path / name, src / name)
     enc = SentenceEncoder.load(tmp_path)
     ref = SentenceEncoder.load(src).encode(TEXTS, normalize=False)
     assert enc.plain and enc.tokenizer.max_length == 512

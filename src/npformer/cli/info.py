@@ -75,7 +75,7 @@ def _breakdown(model) -> list[tuple[str, int, str]]:
 
 def _checkpoint_count(path: Path) -> tuple[int, int]:
     """(tensors, parameters) in a safetensors file, from its header only."""
-    from ..pretrained.weights import read_header
+    from ..tensorfile import read_header
 
     tensors, _ = read_header(path)
     return len(tensors), sum(t.size for t in tensors.values())

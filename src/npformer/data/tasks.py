@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..settings import from_dict as settings_from_dict
+from ..settings import quoted
 
 if TYPE_CHECKING:
     from ..models.config import Config
@@ -71,14 +72,14 @@ MODEL_KINDS: dict[str, tuple] = {
 def _resolve(table: dict, what: str, name: str) -> tuple:
     """The classes of ``table[name]``: imported from (module, *class names), or as registered."""
     if name not in table:
-        raise ValueError(f"unknown {what} {name!r}; known {what}s: {', '.join(sorted(table))}")
+        raise ValueError(f"unknown {what} {quoted(name)}; known {what}s: {', '.join(sorted(table))}")
     module, *names = table[name]
     if not isinstance(module, str):                   # registered with register_task/register_model_kind
         return table[name]
     try:
         mod = importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{what} {name!r}: module {module} failed to import: {e}") from e
+        raise ImportError(f"{what} {quoted(name)}: module {module} failed to import: {e}") from e
     return tuple(getattr(mod, n) for n in names)
 
 
@@ -136,9 +137,9 @@ class Task:
     def create(cls, overrides: dict | None = None, data_path: str | None = None) -> "Task":
         """The task for a NEW run, from setting overrides (and --data FILE for tasks that read one)."""
         if data_path is not None and not cls.uses_data_file:
-            raise ValueError(f"task {cls.name!r} generates its own data and takes no --data file")
+            raise ValueError(f"task {quoted(cls.name)} generates its own data and takes no --data file")
         if cls.uses_data_file and data_path is None:
-            raise ValueError(f"task {cls.name!r} needs a text file: --data FILE")
+            raise ValueError(f"task {quoted(cls.name)} needs a text file: --data FILE")
         return cls(cls.settings_with(overrides))
 
     @classmethod

@@ -185,12 +185,14 @@ class RunExplorer(Explorer):
         self.training = self._training()
 
     def _training(self) -> dict | None:
-        from ..train.probe import read_probe
+        from ..settings import reading
+        from ..train.probe import PROBE, read_probe
 
         probe = read_probe(self.run.path)
         if probe is None:
             return None
-        q, k = self.probe_labels(probe["inputs"], probe["group"])
+        with reading(self.run.path / PROBE):                         # inputs the file holds: its errors name it
+            q, k = self.probe_labels(probe["inputs"], probe["group"])
         if probe["weights"].shape[-2:] != (len(q), len(k)):
             return None                                              # a probe of another shape: not shown
         return {"steps": probe["steps"].tolist(), "group": probe["group"], "query_tokens": q, "key_tokens": k,

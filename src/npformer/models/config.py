@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from ..settings import read_json
+from ..settings import quoted, read_json
 
 if TYPE_CHECKING:
     from ..nn import Module
@@ -187,7 +187,7 @@ def check_size(config: Any) -> None:
 
 def check_int(name: str, value: object, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be an int, got {quoted(value)} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
@@ -195,7 +195,7 @@ def check_int(name: str, value: object, minimum: int = 1) -> None:
 def check_float(name: str, value: object, low: float, high: float, high_inclusive: bool = False,
                 low_inclusive: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{name} must be a number, got {quoted(value)} ({type(value).__name__})")
     above = low <= value if low_inclusive else low < value
     below = value <= high if high_inclusive else value < high
     if not (above and below):
@@ -205,7 +205,7 @@ def check_float(name: str, value: object, low: float, high: float, high_inclusiv
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise ValueError(f"{name} must be one of {list(choices)}, got {quoted(value)}")
 
 
 def check_bool(name: str, value: object, allow_none: bool = False) -> None:
@@ -213,7 +213,7 @@ def check_bool(name: str, value: object, allow_none: bool = False) -> None:
         return
     if not isinstance(value, bool):
         want = "a bool or None" if allow_none else "a bool"
-        raise TypeError(f"{name} must be {want}, got {value!r}")
+        raise TypeError(f"{name} must be {want}, got {quoted(value)}")
 
 
 def check_heads(d_model: int, n_heads: int) -> None:
@@ -232,7 +232,7 @@ def check_patch_grid(image_size: int, patch_size: int) -> None:
 def check_pad_id(pad_id: object, vocab_size: int, name: str = "pad_id", allow_none: bool = False) -> None:
     """pad_id is a token id in [0, vocab_size), or -1 (no padding) where allowed."""
     if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {pad_id!r}")
+        raise TypeError(f"{name} must be an int, got {quoted(pad_id)}")
     if allow_none and pad_id == -1:
         return
     if not 0 <= pad_id < vocab_size:

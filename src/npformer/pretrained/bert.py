@@ -35,9 +35,10 @@ import numpy as np
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..nn import Embedding, Encoder, LayerNorm, Module, basic
 from ..nn.inference import encoder_packed, layernorm_packed, transposed_weights
-from ..settings import FileFormatError, read_json, reading
+from ..settings import FileFormatError, check_links, quoted, read_json, reading
+from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
-from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, expected_entries
 
 # Architectures whose weights are a BertModel under ``bert.`` (or under no prefix).
 BERT_ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification",
@@ -90,17 +91,17 @@ class BertConfig:
             raise ValueError(f"hidden_size ({self.hidden_size}) must be divisible by "
                              f"num_attention_heads ({self.num_attention_heads})")
         if self.hidden_act not in HIDDEN_ACTS:
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not supported: npformer runs BERT with "
+            raise ValueError(f"hidden_act {quoted(self.hidden_act)} is not supported: npformer runs BERT with "
                              f"{' or '.join(map(repr, HIDDEN_ACTS))} (exact erf GELU, ReLU)")
         if self.model_type not in BERT_FAMILY:
-            raise ValueError(f"model_type {self.model_type!r} is not a BERT-family encoder "
+            raise ValueError(f"model_type {quoted(self.model_type)} is not a BERT-family encoder "
                              f"({', '.join(BERT_FAMILY)})")
         check_int("position_offset", self.position_offset, minimum=0)
         if self.model_type == "distilbert" and self.type_vocab_size != 1:
             raise ValueError("a distilbert encoder has no token types: type_vocab_size must be 1")
         check_float("layer_norm_eps", self.layer_norm_eps, 0.0, 1.0, low_inclusive=False)
         if self.torch_dtype is not None and self.torch_dtype not in WEIGHT_DTYPES:
-            raise ValueError(f"torch_dtype {self.torch_dtype!r} is not supported: npformer reads "
+            raise ValueError(f"torch_dtype {quoted(self.torch_dtype)} is not supported: npformer reads "
                              f"{', '.join(WEIGHT_DTYPES)} weights")
         if self.num_hidden_layers > MAX_LAYERS:
             raise ValueError(f"num_hidden_layers is {self.num_hidden_layers:,}: npformer builds at most "
@@ -143,7 +144,7 @@ class BertConfig:
             raise ValueError(f"{source} must hold a JSON object")
         arch = cfg.get("architectures") or []
         if not isinstance(arch, list) or not all(isinstance(a, str) for a in arch):
-            raise ValueError(f"{source}: architectures must be a list of names, got {arch!r}")
+            raise ValueError(f"{source}: architectures must be a list of names, got {quoted(arch)}")
         model_type = cfg.get("model_type")
         if not isinstance(model_type, str) or model_type not in BERT_FAMILY:
             model_type = "bert" if any(a in BERT_ARCHITECTURES for a in arch) else repr(model_type)[:40]
@@ -153,7 +154,7 @@ class BertConfig:
                              f"(model_type {', '.join(map(repr, BERT_FAMILY))} or a Bert* architecture)")
         pos = cfg.get("position_embedding_type", "absolute")
         if pos != "absolute":
-            raise ValueError(f"{source}: position_embedding_type {pos!r} is not supported, only 'absolute'")
+            raise ValueError(f"{source}: position_embedding_type {quoted(pos)} is not supported, only 'absolute'")
         if "torch_dtype" not in cfg and "dtype" in cfg:              # transformers 5 writes "dtype"
             cfg = {**cfg, "torch_dtype": cfg["dtype"]}
         if model_type == "distilbert":
@@ -170,11 +171,11 @@ class BertConfig:
             pad = cfg.get("pad_token_id")
             if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
                 raise ValueError(f"{source}: a roberta encoder needs pad_token_id (an int >= 0: its positions "
-                                 f"start after it), got {pad!r}")
+                                 f"start after it), got {quoted(pad)}")
             rows = fields.get("max_position_embeddings", 512)
             if isinstance(rows, bool) or not isinstance(rows, int) or rows <= pad + 1:
                 raise ValueError(f"{source}: max_position_embeddings must be an int above pad_token_id + 1 "
-                                 f"({pad + 1}: roberta's positions start after the padding id), got {rows!r}")
+                                 f"({pad + 1}: roberta's positions start after the padding id), got {quoted(rows)}")
             fields.update(max_position_embeddings=rows - pad - 1, position_offset=pad + 1)
         return cls(**fields)
 
@@ -359,7 +360,7 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertCon
     prefix = BERT_FAMILY[kind] if any(k.startswith(BERT_FAMILY[kind] + "embeddings.") for k in keys) else ""
     if f"{prefix}embeddings.word_embeddings.weight" not in header:
         raise FileFormatError(f"{path} holds no {FAMILY_NAMES[kind]} weights: no 'embeddings.word_embeddings.weight' "
-                              f"(with prefix {BERT_FAMILY[kind]!r} or none); first keys: {keys[:4]}")
+                              f"(with prefix {quoted(BERT_FAMILY[kind])} or none); first keys: {keys[:4]}")
     found: dict[str, str] = {}                              # name as checkpoint_shapes says it -> key in the file
     for k in keys:
         local = k[len(prefix):]
@@ -367,7 +368,7 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: BertCon
             continue                                        # task heads outside the encoder (cls.*, lm_head.*)
         name = _bert_name(kind, local)
         if name in found:
-            raise FileFormatError(f"{path} holds {found[name]!r} and {k!r}: one weight twice")
+            raise FileFormatError(f"{path} holds {quoted(found[name])} and {quoted(k)}: one weight twice")
         found[name] = k
     return expected_entries(path, header, found, cfg.checkpoint_shapes(), cfg.torch_dtype,
                             lambda name: prefix + _file_name(kind, name),
@@ -403,6 +404,7 @@ def load_bert(path: str | Path, dtype=np.float32) -> BertModel:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json")
+    check_links(path)
     weights = safetensors_file(path)
     with reading(cfg_file):
         cfg = BertConfig.from_dict(read_json(cfg_file, top=dict), str(cfg_file))

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..decode import decode_loop, make_stepper, sample_next
 from ..models import DecoderLM
+from ..settings import check_links
 from .gpt2 import ByteBPETokenizer, GPT2Config, load_gpt2
 
 
@@ -37,6 +38,7 @@ class CausalLM:
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no model directory {path}")
+        check_links(path)                                   # a link leading outside: refused before any read
         tokenizer = ByteBPETokenizer(path)                  # first: a missing tokenizer costs no weights read
         model, config = load_gpt2(path, dtype)
         eos = config.eos_token_id

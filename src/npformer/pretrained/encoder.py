@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..settings import read_json, reading
+from ..settings import check_inside, check_links, quoted, read_json, reading
 from .bert import BertModel, load_bert
 from .hf import model_type, safetensors_file
 from .parallel import default_threads, map_threads
@@ -71,18 +71,19 @@ def _read_modules(path: Path) -> tuple[Path, dict, bool]:
     with reading(file):
         for m in modules:
             if not isinstance(m, dict):
-                raise ValueError(f"{file}: each module must be a JSON object, got {m!r}")
+                raise ValueError(f"{file}: each module must be a JSON object, got {quoted(m)}")
             kind = str(m.get("type", "")).rsplit(".", 1)[-1]
             if kind not in _KNOWN_MODULES:
-                raise ValueError(f"{file}: module {m.get('type')!r} is not supported "
+                raise ValueError(f"{file}: module {quoted(m.get('type'))} is not supported "
                                  f"(only {', '.join(_KNOWN_MODULES)})")
             kinds[kind] = m
         if "Transformer" not in kinds or "Pooling" not in kinds:
             raise ValueError(f"{file} must list a Transformer and a Pooling module")
         folder = kinds["Pooling"].get("path") or "1_Pooling"
         if not isinstance(folder, str) or Path(folder).is_absolute() or ".." in Path(folder).parts:
-            raise ValueError(f"{file}: the Pooling module's path {folder!r} is not a folder inside {path}")
+            raise ValueError(f"{file}: the Pooling module's path {quoted(folder)} is not a folder inside {path}")
     pool_file = path / folder / "config.json"
+    check_inside(path, pool_file)                                      # however deep its folder lies
     return pool_file, _read_json(pool_file, "the pooling config", dict), "Normalize" in kinds
 
 
@@ -92,7 +93,7 @@ def _max_length(path: Path, st_cfg: dict, limit: int) -> int:
     if n is None:
         return limit
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise ValueError(f"{path}: max_seq_length must be an int >= 2 ([CLS] and [SEP]), got {n!r}")
+        raise ValueError(f"{path}: max_seq_length must be an int >= 2 ([CLS] and [SEP]), got {quoted(n)}")
     return min(n, limit)
 
 
@@ -107,7 +108,7 @@ def _tokenizer(path: Path, model: BertModel, max_length: int) -> WordPieceTokeni
 
 def _check_positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise ValueError(f"{name} must be a positive int, got {quoted(value)}")
     return int(value)
 
 
@@ -127,7 +128,7 @@ class SentenceEncoder:
             raise ValueError(f"pooling modes must be true or false, got {flags}")
         width = pooling.get("word_embedding_dimension", model.config.hidden_size)
         if width != model.config.hidden_size:
-            raise ValueError(f"pooling word_embedding_dimension {width!r} is not the model's hidden_size "
+            raise ValueError(f"pooling word_embedding_dimension {quoted(width)} is not the model's hidden_size "
                              f"{model.config.hidden_size}")
         self.pool_modes = [m for m in _POOL_MODES if pooling.get(f"pooling_mode_{m}")]
         others = sorted(k for k, v in pooling.items()
@@ -146,6 +147,7 @@ class SentenceEncoder:
             raise FileNotFoundError(f"model directory {path} does not exist")
         if not path.is_dir():
             raise NotADirectoryError(f"model path {path} is not a directory")
+        check_links(path)                                              # a link leading outside: refused
         if not (path / "modules.json").is_file() and model_type(path) is not None:
             return cls._load_plain(path)
         safetensors_file(path)                                         # pytorch_model.bin alone: how to convert it

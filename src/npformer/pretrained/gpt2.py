@@ -28,10 +28,11 @@ import numpy as np
 
 from ..models import DecoderLM, DecoderLMConfig
 from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
-from ..settings import FileFormatError, parse_json, read_bounded, read_json, reading
+from ..settings import FileFormatError, check_links, parse_json, quoted, read_bounded, read_json, reading
+from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
 from .tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_json
-from .weights import WEIGHT_DTYPES, TensorEntry, expected_entries, read_header, read_tensors
+from .weights import WEIGHT_DTYPES, expected_entries
 
 # config.json's activation_function values that are GELU's tanh approximation
 TANH_GELU_NAMES = ("gelu_new", "gelu_pytorch_tanh")
@@ -61,11 +62,11 @@ class GPT2Config:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.activation_function not in TANH_GELU_NAMES:
-            raise ValueError(f"activation_function {self.activation_function!r} is not supported: npformer runs "
+            raise ValueError(f"activation_function {quoted(self.activation_function)} is not supported: npformer runs "
                              f"GPT-2 with GELU's tanh approximation, {' or '.join(map(repr, TANH_GELU_NAMES))}")
         check_float("layer_norm_epsilon", self.layer_norm_epsilon, 0.0, 1.0, low_inclusive=False)
         if self.torch_dtype is not None and self.torch_dtype not in WEIGHT_DTYPES:
-            raise ValueError(f"torch_dtype {self.torch_dtype!r} is not supported: npformer reads "
+            raise ValueError(f"torch_dtype {quoted(self.torch_dtype)} is not supported: npformer reads "
                              f"{', '.join(WEIGHT_DTYPES)} weights")
         if self.n_layer > MAX_LAYERS:
             raise ValueError(f"n_layer is {self.n_layer:,}: npformer builds at most {MAX_LAYERS:,} layers")
@@ -95,14 +96,14 @@ class GPT2Config:
     def from_dict(cls, cfg: dict, source: str = "config.json") -> GPT2Config:
         """Checks that ``cfg`` (a Hugging Face config.json) describes a GPT-2 that npformer's blocks run."""
         if cfg.get("model_type") != "gpt2":
-            raise ValueError(f"{source}: model_type {cfg.get('model_type')!r} is not 'gpt2'")
+            raise ValueError(f"{source}: model_type {quoted(cfg.get('model_type'))} is not 'gpt2'")
         # variants of GPT-2's attention that the blocks do not compute
         for key, plain in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                            ("add_cross_attention", False)):
             if cfg.get(key, plain) != plain:
-                raise ValueError(f"{source}: {key} {cfg[key]!r} is not supported (npformer runs {key} {plain})")
+                raise ValueError(f"{source}: {key} {quoted(cfg[key])} is not supported (npformer runs {key} {plain})")
         if cfg.get("tie_word_embeddings", True) is not True:
-            raise ValueError(f"{source}: tie_word_embeddings {cfg['tie_word_embeddings']!r} is not supported: "
+            raise ValueError(f"{source}: tie_word_embeddings {quoted(cfg['tie_word_embeddings'])} is not supported: "
                              "npformer runs GPT-2 with its output tied to the token table")
         values = {f.name: cfg[f.name] for f in fields(cls) if f.name in cfg}
         if "torch_dtype" not in values and "dtype" in cfg:              # transformers 5 writes "dtype"
@@ -123,6 +124,7 @@ def read_config(path: str | Path) -> GPT2Config:
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise FileNotFoundError(f"model directory {path} has no config.json")
+    check_links(path)
     with reading(cfg_file):
         return GPT2Config.from_dict(read_json(cfg_file, top=dict), str(cfg_file))
 
@@ -142,7 +144,7 @@ def _checkpoint_entries(path: Path, header: dict[str, TensorEntry], cfg: GPT2Con
         if key == "lm_head.weight" or (local is not None and _is_buffer(local)):
             continue
         if local is None:
-            raise FileFormatError(f"{path}: unexpected weight {key!r} for a GPT-2")
+            raise FileFormatError(f"{path}: unexpected weight {quoted(key)} for a GPT-2")
         found[local] = key
     entries = expected_entries(path, header, found, cfg.checkpoint_shapes(), cfg.torch_dtype,
                                lambda name: prefix + name, f"a GPT-2 of {cfg.n_layer} layers")
@@ -224,6 +226,7 @@ class ByteBPETokenizer:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
         path = Path(path)
+        check_links(path)
         tok_file, vocab_file, merges_file = path / "tokenizer.json", path / "vocab.json", path / "merges.txt"
         if tok_file.is_file():
             self._tok = read_tokenizer_json(tok_file)
@@ -233,7 +236,8 @@ class ByteBPETokenizer:
                 raise FileFormatError(f"{vocab_file} must map tokens to non-negative int ids")
             with reading(merges_file):
                 lines = read_bounded(merges_file, MAX_TOKENIZER_BYTES).decode("utf-8").splitlines()
-                merges = [_merge(line, merges_file) for line in lines if line and not line.startswith("#version")]
+                merges = [_merge(line, merges_file, n) for n, line in enumerate(lines, 1)
+                          if line and not line.startswith("#version")]
             try:
                 bpe = models.BPE(vocab=vocab, merges=merges)
             except Exception as e:
@@ -262,8 +266,8 @@ class ByteBPETokenizer:
         return [self._tok.decode([int(i)], skip_special_tokens=False) for i in ids]
 
 
-def _merge(line: str, source: Path) -> tuple[str, str]:
+def _merge(line: str, source: Path, n: int) -> tuple[str, str]:
     parts = line.split(" ")
-    if len(parts) != 2:
-        raise FileFormatError(f"{source}: a merge is two tokens separated by one space, got {line[:40]!r}")
+    if len(parts) != 2:                                     # the line is never quoted: it may be anything
+        raise FileFormatError(f"{source} line {n}: a merge is two tokens separated by one space")
     return parts[0], parts[1]

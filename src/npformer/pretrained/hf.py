@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..settings import FileFormatError, read_json
+from ..settings import FileFormatError, check_links, read_json
 
 MAX_MODEL_TYPE_CHARS = 64       # "bert", "distilbert", "gpt2": a name, not a paragraph
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")    # never opened
@@ -24,10 +24,12 @@ def model_type(path: str | Path) -> str | None:
 
     config.json is read with ``settings.read_json``'s limits (size, depth, numbers); a file that is
     not JSON, not an object, not a regular file, or whose model_type is not a short name, is a
-    FileFormatError naming the file."""
+    FileFormatError naming the file. A link in the directory that leads outside it is refused
+    (``settings.check_links``)."""
     path = Path(path)
     if not path.is_dir():
         return None
+    check_links(path)                                   # a link leading outside: refused, never read
     cfg_file = path / "config.json"
     if not cfg_file.exists() and not cfg_file.is_symlink():
         return None

@@ -47,27 +47,20 @@ import numpy as np
 
 from .. import settings
 from ..files import _fsync_dir, _stage, open_in_place, writing
+from ..tensorfile import DTYPES, read_header, read_tensors, safetensors_bytes
 
 CONFIG, MODEL, OPTIMIZER, STATE, METRICS = (
     "config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json", "metrics.json")
 LOCK = "train.lock"
 
 
-def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
-    from safetensors.numpy import save
-    # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
-    return save({k: np.require(v, requirements="C") for k, v in tensors.items()}, metadata=metadata)
-
-
 def read_safetensors(path, expect: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """(tensors, metadata) of a safetensors file; ValueError naming the file when it is unreadable.
 
-    The header is read and checked alone first (``pretrained.weights.read_header``: its size, every
-    entry's dtype, shape and byte range inside the file). With ``expect`` (name -> array), the
+    The header is read and checked alone first (``tensorfile.read_header``: its size, every entry's
+    dtype, shape and byte range, the ranges tiling the data). With ``expect`` (name -> array), the
     header's names, shapes and dtypes must also match it (``check_state_matches``) before any tensor
     is read, so a file that disagrees with its config.json takes no memory for its tensors."""
-    from ..pretrained.weights import DTYPES, read_header, read_tensors
-
     entries, meta = read_header(path)
     if expect is not None:
         declared = {name: SimpleNamespace(shape=e.shape, dtype=np.dtype(DTYPES[e.dtype][0] or "V2"))
@@ -223,7 +216,7 @@ def read_config(run_dir) -> dict:
     config = read_json(run_dir / CONFIG)
     for key, typ in (("task", str), ("model_kind", str), ("model", dict), ("train", dict), ("data", dict)):
         if not isinstance(config.get(key) if isinstance(config, dict) else None, typ):
-            raise ValueError(f"{run_dir / CONFIG} lacks a valid {key!r} entry")
+            raise ValueError(f"{run_dir / CONFIG} lacks a valid {settings.quoted(key)} entry")
     return config
 
 
@@ -231,22 +224,24 @@ def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...]
     """Load a run directory's task and trained model, checking what the caller expects.
 
     task / model_kind: when given, a run of another task or kind is a ValueError naming both.
-    The weights must match the shapes config.json implies, key by key."""
+    The weights must match the shapes config.json implies, key by key. A link in the directory that
+    leads outside it is refused (``settings.check_links``), before any file is read."""
     from ..data.tasks import get_task, model_config_from_dict
 
     run_dir = Path(run_dir)
+    settings.check_links(run_dir)                                         # a link leading outside: refused
     config = read_config(run_dir)
     if task is not None and config["task"] != task:
-        raise ValueError(f"{run_dir} holds a {config['task']!r} run, not a {task!r} run")
+        raise ValueError(f"{run_dir} holds a {settings.quoted(config['task'])} run, not a {settings.quoted(task)} run")
     kinds = (model_kind,) if isinstance(model_kind, str) else model_kind
     if kinds is not None and config["model_kind"] not in kinds:
-        raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({config['task']!r} task); "
+        raise ValueError(f"{run_dir} holds a {config['model_kind']} model ({settings.quoted(config['task'])} task); "
                          f"this command needs a {' or '.join(kinds)} model")
     with settings.reading(run_dir / CONFIG):                              # its errors name config.json
         task_cls = get_task(config["task"])
         if task_cls.model_kind != config["model_kind"]:
-            raise ValueError(f"{run_dir / CONFIG}: task {config['task']!r} uses a {task_cls.model_kind} model, "
-                             f"not {config['model_kind']!r}")
+            raise ValueError(f"{run_dir / CONFIG}: task {settings.quoted(config['task'])} uses a "
+                             f"{task_cls.model_kind} model, not {settings.quoted(config['model_kind'])}")
         the_task = task_cls.from_dict(config["data"])
         model_config = model_config_from_dict(config["model_kind"], config["model"])
     model = the_task.build_model(model_config, rng=np.random.default_rng(0))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import atomic_write_bytes
+from ..settings import reading
 from .checkpoint import read_safetensors, safetensors_bytes
 
 PROBE = "probe_attention.safetensors"
@@ -91,9 +92,22 @@ def read_probe(run_dir) -> dict | None:
     if not path.is_file():
         return None
     tensors, meta = read_safetensors(path)
-    if meta.get("format") != FORMAT or "weights" not in tensors or "steps" not in tensors:
-        raise ValueError(f"{path} is not an npformer probe file")
-    n = sum(1 for k in tensors if k.startswith("input."))
-    return {"steps": tensors["steps"], "weights": tensors["weights"],
-            "inputs": [tensors[f"input.{i}"] for i in range(n)], "group": meta.get("group", "self"),
-            "model_kind": meta.get("model_kind", "")}
+    with reading(path):                                 # a missing entry: one line naming the file
+        if meta.get("format") != FORMAT or "weights" not in tensors or "steps" not in tensors:
+            raise ValueError(f"{path} is not an npformer probe file")
+        n = sum(1 for k in tensors if k.startswith("input."))
+        inputs = []
+        for i in range(n):
+            if f"input.{i}" not in tensors:
+                raise ValueError(f"{path}: the probe's inputs are not numbered input.0 to input.{n - 1} "
+                                 f"(input.{i} is missing)")
+            inputs.append(tensors[f"input.{i}"])
+        steps, weights = tensors["steps"], tensors["weights"]
+        if steps.ndim != 1 or weights.ndim != 5 or len(steps) != len(weights):
+            raise ValueError(f"{path}: steps must be one step per row of weights (rows, layers, heads, "
+                             f"queries, keys), got shapes {steps.shape} and {weights.shape}")
+        if steps.dtype.kind not in "iu" or weights.dtype != np.uint8:
+            raise ValueError(f"{path}: steps must be integers and weights uint8, got {steps.dtype} and "
+                             f"{weights.dtype}")
+        return {"steps": steps, "weights": weights, "inputs": inputs, "group": meta.get("group", "self"),
+                "model_kind": meta.get("model_kind", "")}

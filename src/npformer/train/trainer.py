@@ -46,7 +46,7 @@ import numpy as np
 from ..files import atomic_write_json, clean_stale_temporaries
 from ..ops import workspace
 from ..settings import from_dict as settings_from_dict
-from ..settings import reading
+from ..settings import quoted, reading
 from .checkpoint import (
     CONFIG,
     LOCK,
@@ -100,7 +100,7 @@ def _rng_from_state(state, where: str) -> np.random.Generator:
     entry) unless it names one of ``BIT_GENERATORS`` and holds a valid state of it."""
     name = state.get("bit_generator") if isinstance(state, dict) else None
     if not isinstance(name, str) or name not in BIT_GENERATORS:
-        raise ValueError(f"{where} names bit generator {name!r}; expected one of numpy's "
+        raise ValueError(f"{where} names bit generator {quoted(name)}; expected one of numpy's "
                          f"{', '.join(BIT_GENERATORS)}")
     bg = BIT_GENERATORS[name]()
     try:
@@ -172,10 +172,10 @@ class Trainer:
             if _has_checkpoint(out):
                 old = read_config(out)
                 if old["task"] != task.name:
-                    raise ValueError(f"{out} holds a {old['task']!r} run, not a {task.name!r} run; "
+                    raise ValueError(f"{out} holds a {quoted(old['task'])} run, not a {quoted(task.name)} run; "
                                      "choose another --out")
                 if not force:
-                    raise ValueError(f"{out} already holds a {old['task']!r} run: --resume continues it, "
+                    raise ValueError(f"{out} already holds a {quoted(old['task'])} run: --resume continues it, "
                                      "--force starts over (deleting it)")
             if force:
                 clear_run_dir(out, "--force", keep=(LOCK,))             # npformer's files only, or nothing
@@ -212,10 +212,10 @@ class Trainer:
         try:
             config = read_config(out)
             if task_name is not None and config["task"] != task_name:
-                raise ValueError(f"{out} holds a {config['task']!r} run, not a {task_name!r} run")
+                raise ValueError(f"{out} holds a {quoted(config['task'])} run, not a {quoted(task_name)} run")
             task_cls = get_task(config["task"])
             if data_path is not None and not task_cls.uses_data_file:
-                raise ValueError(f"task {config['task']!r} generates its own data and takes no --data file")
+                raise ValueError(f"task {quoted(config['task'])} generates its own data and takes no --data file")
             if data_path is not None and config["data"].get("data_path") != os.path.abspath(data_path):
                 raise ValueError(f"{out} was trained on {config['data'].get('data_path')}, not {data_path}")
             bad = sorted(set(overrides or {}) - set(RESUMABLE))
