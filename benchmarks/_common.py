@@ -247,23 +247,22 @@ def _print_setup_end() -> None:
 
 
 def alternate(sides: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
-    """Run each side ``warmup`` times untimed, then ``repeats`` rounds of A, B, A, B, ... so that
-    load from other programs hits all sides alike. sides: name -> function of no arguments.
-    Returns ({name: [seconds per round]}, {name: what its last call returned}). The order stays the
-    same in every round: bench_long_attention's in-process times use it; a comparison that is quoted
-    uses ``paired``, which rotates the order."""
+    """Run ``warmup`` untimed rounds, then ``repeats`` timed ones; every round runs each side once, in an
+    order rotated by one from the round before (two sides: A B, B A, A B, ...), so that neither the load
+    from other programs nor the state one side leaves behind favours a side. sides: name -> function of no
+    arguments. Returns ({name: [seconds per round]}, {name: what its last call returned}). Unlike
+    ``paired`` it takes no ratios and no rests: bench_long_attention's in-process times use it."""
     if repeats < 1:
         raise SystemExit(f"need at least one timed round, got {repeats}")
+    names = tuple(sides)
     out = {}
-    for _ in range(warmup):
-        for name, fn in sides.items():
-            out[name] = fn()
-    times = {name: [] for name in sides}
-    for _ in range(repeats):
-        for name, fn in sides.items():
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(warmup + repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
             t0 = time.perf_counter()
-            out[name] = fn()
-            times[name].append(time.perf_counter() - t0)
+            out[name] = sides[name]()
+            if r >= warmup:
+                times[name].append(time.perf_counter() - t0)
     return times, out
 
 

@@ -20,8 +20,8 @@ first, and the verdict (docs/performance.md).
 
 Parity (exit status 1 on a miss): random weights make near-ties, after which two correct greedy
 decoders may part; so npformer's logits over transformers' prompt + tokens (teacher-forced) must
-pick transformers' token at every step where transformers' top two logits differ by more than
-1e-3, and the tokens the two generated must agree up to the first such near-tie.
+pick transformers' token at every step where npformer's top two logits (those same logits) differ by
+more than 1e-3, and the tokens the two generated must agree up to the first such near-tie.
 """
 from __future__ import annotations
 

@@ -21,10 +21,10 @@ not depend on what else the machine runs; the times do. The exact path is only r
 --exact-max (at 8,192 it needs several GB; at 16,384 over 10 GB). --png draws the median peaks
 (the range as bars) and times against T; --png-memory-only leaves the times out.
 
-Time at --time-at: in this process, the two paths alternate (tiled, exact, tiled, ...) after a
-warm-up, without dropout so that both compute the same thing; the medians and their ratio are
-printed, and the run exits with status 1 when their losses or gradients differ. The attention op
-alone (forward and backward, causal, 4 heads of 32) is timed the same way; there, and in
+Time at --time-at: in this process, the two paths alternate, the order rotating each round (tiled
+exact, exact tiled, ...), after a warm-up, without dropout so that both compute the same thing; the
+medians and their ratio are printed, and the run exits with status 1 when their losses or gradients
+differ. The attention op alone (forward and backward, causal, 4 heads of 32) is timed the same way; there, and in
 --crossover and --tune, every tiled variant's gradients must match the exact op's within 1e-4
 (relative to the largest entry).
 

@@ -13,7 +13,8 @@
 # Budget: about 15 minutes on a quiet 2-core machine (an estimate from the step times of earlier runs;
 # times.txt gives the real ones). The two longest are bench_kvcache (15
 # pairs of 512 generated tokens, each pair one cached and one recomputing run) and bench_minilm (six
-# corpora and two query sets, 15 rounds each); the others take a minute or two each. A busy machine
+# corpora and two query sets, 15 rounds each); the others take a minute or two each. bench_gpt2 joined after the
+# 2026-12-01 run; its 15 pairs of 2.2 s and 2.5 s sides add about 80 s (an estimate). A busy machine
 # takes longer: close other programs first, and keep the load average the headers print.
 #
 # QUICK=1 benchmarks/run_all.sh OUTDIR runs each with a smoke test's options instead (a few pairs, small
@@ -64,6 +65,7 @@ if [ "${QUICK:-0}" = 1 ]; then
     run gelu benchmarks/bench_gelu.py --n 100000 --pairs 3
     run kvcache benchmarks/bench_kvcache.py --tokens 48 --pairs 3
     run minilm benchmarks/bench_minilm.py --pairs 2 --warmup 0 --batches 1 --lengths short,long --queries 2
+    run gpt2 benchmarks/bench_gpt2.py --pairs 2 --warmup 0 --layers 2 --tokens 12
     rm -f "$out/breakdown.png"
     run breakdown benchmarks/bench_breakdown.py --pairs 1 --figure "$out/breakdown.png"
 else
@@ -73,6 +75,7 @@ else
     run gelu benchmarks/bench_gelu.py
     run kvcache benchmarks/bench_kvcache.py
     run minilm benchmarks/bench_minilm.py
+    run gpt2 benchmarks/bench_gpt2.py
     rm -f "$out/breakdown.png"
     run breakdown benchmarks/bench_breakdown.py --figure "$out/breakdown.png"
 fi

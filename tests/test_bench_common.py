@@ -119,3 +119,14 @@ def test_the_report_names_the_order_effect_and_the_verdict(common, capsys):
                         timer=clock.timer, sleep=clock.sleep, settle=0.5)
     common.print_paired(short)
     assert "only 3 pairs: a smoke test, not a claim" in capsys.readouterr().out
+
+
+def test_alternate_rotates_the_order_too(common):
+    """bench_long_attention's in-process times: each round runs the sides in the order rotated by one, the
+    warm-up included, and every timed round gives each side one time."""
+    calls = []
+    sides = {name: (lambda name=name: calls.append(name) or name) for name in ("tiled", "exact")}
+    times, out = common.alternate(sides, repeats=3, warmup=1)
+    assert calls == ["tiled", "exact", "exact", "tiled", "tiled", "exact", "exact", "tiled"]
+    assert {k: len(v) for k, v in times.items()} == {"tiled": 3, "exact": 3}
+    assert out == {"tiled": "tiled", "exact": "exact"}

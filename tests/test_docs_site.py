@@ -8,6 +8,9 @@
 - No page loads a script, style, font, image or frame from another host.
 - The docstrings are rendered as Markdown, so none may hold text that Markdown takes for an HTML tag (such a
   ``<name>`` vanishes from the page); a code span keeps it.
+- No list is left as text: a paragraph or list item of a built page never holds a line that starts with a list
+  marker ("- ", "* ", "+ ", "1. "), which is what a list nested by two spaces becomes (Python-Markdown nests by
+  four); the strict build does not warn about it.
 - The config's link checks are on: a second, tiny build with a missing page, a link out of docs/, a missing
   anchor and a page left out of the nav fails, naming each.
 
@@ -163,6 +166,48 @@ def test_the_loads_check_sees_a_script_from_another_host():
     parser.feed('<link rel="stylesheet" href="https://fonts.example/css"><script src="//cdn.example/x.js"></script>'
                 '<img src="figures/a.png"><a href="https://example.org/">a link is not a load</a>')
     assert [u for u in parser.urls if elsewhere(u)] == ["https://fonts.example/css", "//cdn.example/x.js"]
+
+
+class ListsAsText(HTMLParser):
+    """The text of each paragraph and list item outside code, and the lines in it that start with a list marker."""
+
+    MARKER = re.compile(r"\n[ \t]*(?:[-*+]|\d+\.)[ \t]")
+    SKIP = {"pre", "code", "script", "style"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []                   # the tags open now
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in {"br", "img", "hr", "input", "meta", "link", "wbr"}:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in self.open:
+            del self.open[len(self.open) - 1 - self.open[::-1].index(tag):]
+
+    def handle_data(self, data):
+        if {"p", "li"} & set(self.open) and not self.SKIP & set(self.open):
+            for m in self.MARKER.finditer(data):
+                self.found.append(data[m.start() + 1:].split("\n")[0][:60])
+
+
+def test_the_list_check_sees_a_list_left_as_text():
+    parser = ListsAsText()
+    parser.feed("<p>Containers:\n- chest 100%;\n- mug 91%.</p><ul><li>kept\n1. as text</li></ul>"
+                "<pre><code>a\n- in code</code></pre><p>a dash - inside a line</p>")
+    assert parser.found == ["- chest 100%;", "- mug 91%.", "1. as text"]
+
+
+def test_no_page_shows_a_list_as_text(site):
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        parser = ListsAsText()
+        parser.feed(page.read_text(encoding="utf-8"))
+        found += [f"{page.relative_to(site)}: {line}" for line in parser.found]
+    assert not found, ("lines that should be list items render as text (nest a list by four spaces):\n"
+                       + "\n".join(found))
 
 
 # a docstring's text outside code: code spans (`x`, ``x``) and indented blocks, which Markdown shows as code

@@ -2,9 +2,10 @@
 transformers built from seeded random weights and saved with save_pretrained (tests/pretrained/tiny_gpt2.py):
 a tiny one, and GPT-2 124M's width, heads, positions and vocabulary (768, 12, 1,024, 50,257) with 2 layers.
 
-- logits and every layer's hidden states within 1e-4 (of the values' scale, at least 1);
+- logits and every layer's hidden states within 1e-4 x max(1, the largest |value| of transformers');
 - greedy generation, teacher-forced on transformers' 50 greedy tokens: the same argmax at every step
-  where transformers' top two logits differ by more than 1e-3 (random weights make near-ties);
+  where npformer's top two logits differ by more than 1e-3 (random weights make near-ties), and
+  npformer's own greedy loop gives transformers' tokens up to the first such near-tie;
 - the KV cache: a prompt and then one token per step give the full forward's logits.
 """
 import numpy as np

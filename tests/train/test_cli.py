@@ -154,3 +154,19 @@ def test_demo_runs_its_steps_end_to_end(tmp_path, capsys, monkeypatch):
     rc, _, err = cli(capsys, "demo", "--skip", "nothing")
     assert rc == 2
     one_line_error(err, "unknown step 'nothing'")
+
+
+def test_demo_help_names_every_step_it_runs(capsys):
+    """``npformer demo --help`` says what the tour does: each step the demo runs (``demo.STEPS``) is named
+    in the description above the options, not only in the list --skip takes."""
+    import re
+
+    from npformer.cli import demo
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    description = " ".join(out.split("\n\n")[1].split())                # the paragraph after the usage lines
+    assert not description.startswith("options:")
+    for name, _ in demo.STEPS:
+        assert re.search(rf"\b{name}\b", description), f"step {name!r} is not named in: {description}"

@@ -40,7 +40,10 @@ DEMO_EVAL_N = 1000                  # held-out scenes per split in the tabletop 
 DEMO_INSTRUCTION = "pick up the yellow cube and drop it into the bowl"   # the pairing never trained on
 
 HELP = "the guided tour: lesson, train dates, translate, attention figure, tabletop, explorer"
-DESCRIPTION = "Run the lesson, train the dates model, translate a few dates and draw the model's attention."
+DESCRIPTION = ("The guided tour, step by step: lesson (attention and the transformer block, explained and "
+               "computed); train (the dates model, the paper's encoder-decoder); translate (a few dates with it); "
+               "attention (draw its attention); tabletop (train the vision-language-action policy briefly and act "
+               "on a held-out pairing); explore (write the attention explorer for both models).")
 
 
 def add_arguments(p) -> None:
@@ -48,7 +51,7 @@ def add_arguments(p) -> None:
     p.add_argument("--steps", type=int, metavar="N", help="training steps for the dates model (default: the task's)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="training seed (default 0)")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
-                   help="skip a step by name: lesson, train, translate, attention, tabletop, explore (repeatable)")
+                   help=f"skip a step by name: {', '.join(name for name, _ in STEPS)} (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
 
 

@@ -3,15 +3,16 @@
 The default draw (the run's seed, the task's default size) is the one training ended with, so
 ``npformer eval runs/dates`` reproduces metrics.json's held-out numbers.
 
-``npformer eval RUN --instructions FILE`` (tabletop runs) scores the policy on instructions of your own,
-one per line as ``instruction<TAB>colour<TAB>container``, e.g.
+``npformer eval RUN --instructions FILE [FILE ...]`` (tabletop runs) scores the policy on instructions of
+your own, one per line as ``instruction<TAB>colour<TAB>container``, e.g.
 ``grab the crimson cube and drop it in the crate<TAB>red<TAB>box``: for each line, --n fresh scenes
 (default 200) that hold a block of that colour and that container, scored as ``npformer eval`` scores
-a scene. It prints the overall success, each line's, and how many words the model's own vocabulary did
-not know. The scratch policy reads such a word as its [UNK] token and is scored anyway (a run saved
-before its word table had an [UNK] row reads it as padding, and the JSON's "unknown_as" says so); the
-MiniLM policy reads any text. ``npformer act`` still refuses an unknown word for the scratch policy.
-The package's paraphrase set is in ``npformer/data/paraphrases/``.
+a scene. It prints the overall success (the mean over the lines of all the files), each file's, each
+line's, and how many words the model's own vocabulary did not know. A file's lines get the same scenes
+whichever files stand beside it. The scratch policy reads such a word as its [UNK] token and is scored
+anyway (a run saved before its word table had an [UNK] row reads it as padding, and the JSON's
+"unknown_as" says so); the MiniLM policy reads any text. ``npformer act`` still refuses an unknown
+word for the scratch policy. The package's paraphrase set is in ``npformer/data/paraphrases/``.
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, metavar="S", help="seed of the held-out draw (default: the run's seed)")
     p.add_argument("--n", type=int, metavar="N",
                    help="held-out examples (default: the task's); with --instructions, scenes per line (default 200)")
-    p.add_argument("--instructions", metavar="FILE",
-                   help="tabletop: score each line 'instruction<TAB>colour<TAB>container' of FILE on fresh scenes")
+    p.add_argument("--instructions", metavar="FILE", nargs="+",
+                   help="tabletop: score each line 'instruction<TAB>colour<TAB>container' of each FILE on fresh "
+                        "scenes; the overall success is the mean over all the lines")
 
 
 def run(args) -> int:
@@ -60,15 +62,14 @@ def _seed(r, args) -> int:
 
 
 def _instructions(args) -> int:
-    """``--instructions FILE``: each line's success on fresh scenes, as JSON."""
-    from ..data.tabletop_policy import evaluate_instructions, read_instructions
+    """``--instructions FILE [FILE ...]``: each file's and each line's success on fresh scenes, as JSON."""
+    from ..data.tabletop_policy import evaluate_instruction_files, read_instructions
     from ..train.checkpoint import load_run
 
-    lines = read_instructions(args.instructions)                  # a bad file fails before the model loads
+    files = [(str(f), read_instructions(f)) for f in args.instructions]  # a bad file fails before the model loads
     r = load_run(args.run, task="tabletop")
     seed = _seed(r, args)
-    res = evaluate_instructions(r.model, lines, n=200 if args.n is None else args.n, seed=seed,
-                                source=str(args.instructions))
+    res = evaluate_instruction_files(r.model, files, n=200 if args.n is None else args.n, seed=seed)
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
-                      "instructions": str(args.instructions), **res}, indent=2))
+                      "instructions": [str(f) for f in args.instructions], **res}, indent=2))
     return 0

@@ -2,7 +2,7 @@
 attention reads over many, and how it does on instructions of your own (a file of them, such as the
 shipped paraphrase set in ``paraphrases/``). ``npformer act`` prints and draws the first two;
 ``npformer attention`` on a tabletop run draws ``act`` for scene 0; ``npformer eval DIR
---instructions FILE`` runs the third. Each works for both policies, scratch and MiniLM
+--instructions FILE [FILE ...]`` runs the third. Each works for both policies, scratch and MiniLM
 (``tabletop.reader_for`` says how a model reads its words).
 
 Dimension legend: B instructions, L layers, H heads, T tokens (2 action tokens, the word slots,
@@ -221,18 +221,52 @@ def evaluate_instructions(model, lines: list, n: int = 200, seed: int = 0, sourc
     """Success on each of ``lines`` [(line number, instruction, colour, container)] over ``n`` fresh
     scenes holding that colour's block and that container (a line's scenes depend on the seed and
     its place in the list only), scored as ``TabletopTask.evaluate`` scores a scene: pick and place both right.
-    Words the model's vocabulary does not know are read as the reader reads them (``unknown_ok``):
-    the scratch policy does not see them, MiniLM reads any text. A line the reader refuses (too long,
-    empty) is a ValueError naming ``source`` (the file) and its line number."""
+    The overall success is the mean over lines. Words the model's vocabulary does not know are read as the
+    reader reads them (``unknown_ok``): the scratch policy does not see them, MiniLM reads any text. A line
+    the reader refuses (too long, empty) is a ValueError naming ``source`` (the file) and its line number."""
+    return evaluate_instruction_files(model, [(source, lines)], n=n, seed=seed)
+
+
+def evaluate_instruction_files(model, files: list, n: int = 200, seed: int = 0) -> dict:
+    """``evaluate_instructions`` over several files [(source, lines)] at once: every line of every file is
+    checked before any is scored, each file's lines get the scenes they get alone (so a file's rows do not
+    depend on the files beside it), and the overall success is the mean over all their lines. Adds
+    ``files``, each file's own success and line count; each line names its ``file``."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if not files:
+        raise ValueError("no instruction files given")
     reader = reader_for(model)
+    words = [_words(reader, model, lines, source) for source, lines in files]   # every line checked first
+    rows, per_file = [], []
+    for (source, lines), file_words in zip(files, words, strict=True):
+        file_rows = [{"file": source, **row} for row in _score_lines(model, reader, lines, file_words, n, seed)]
+        per_file.append({"file": source, "n_lines": len(file_rows),
+                         "success": float(np.mean([r["success"] for r in file_rows]))})
+        rows += file_rows
+    unk = unknown_id(model)
+    unknown_as = ("word pieces (MiniLM reads any text)" if unk is None else "[UNK]" if unk else
+                  "padding (this run was saved before the word table had an [UNK] row: the word is not seen)")
+    return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows), "n": n,
+            "text_encoder": reader.name, "unknown_as": unknown_as,
+            "unknown_words": sum(len(r["unknown_words"]) for r in rows),
+            "lines_with_unknown_words": sum(bool(r["unknown_words"]) for r in rows), "files": per_file,
+            "lines": rows}
+
+
+def _words(reader, model, lines: list, source: str) -> list[np.ndarray]:
+    """Each line's words for the model, (1, L) ids or (1, L, S) states; ValueError naming source and line."""
     words = []
-    for number, text, _, _ in lines:                              # every line checked before scoring
+    for number, text, _, _ in lines:
         try:
-            words.append(model_words(reader, model, [text], unknown_ok=True))  # (1, L) or (1, L, S)
+            words.append(model_words(reader, model, [text], unknown_ok=True))
         except ValueError as e:
             raise ValueError(f"{source or 'instructions'} line {number}: {e}") from None
+    return words
+
+
+def _score_lines(model, reader, lines: list, words: list, n: int, seed: int) -> list[dict]:
+    """Each line's success over its n scenes, the k-th line's drawn from [seed, EVAL_STREAM, 2, k]."""
     rows = []
     for k, ((number, text, colour, container), w) in enumerate(zip(lines, words, strict=True)):
         rng = np.random.default_rng([seed, EVAL_STREAM, 2, k])
@@ -240,13 +274,6 @@ def evaluate_instructions(model, lines: list, n: int = 200, seed: int = 0, sourc
         truth = np.stack([scenes.blocks[:, COLOUR_NAMES.index(colour)],
                           scenes.containers[:, CONTAINER_NAMES.index(container)]], axis=1)  # (n, 2)
         pred = model.act(np.repeat(w, n, axis=0), scenes.images.astype(model.dtype))       # (n, 2)
-        unknown = reader.unknown(text)
         rows.append({"line": number, "instruction": text, "colour": colour, "container": container,
-                     "success": float((pred == truth).all(axis=1).mean()), "unknown_words": unknown})
-    unk = unknown_id(model)
-    unknown_as = ("word pieces (MiniLM reads any text)" if unk is None else "[UNK]" if unk else
-                  "padding (this run was saved before the word table had an [UNK] row: the word is not seen)")
-    return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows), "n": n,
-            "text_encoder": reader.name, "unknown_as": unknown_as,
-            "unknown_words": sum(len(r["unknown_words"]) for r in rows),
-            "lines_with_unknown_words": sum(bool(r["unknown_words"]) for r in rows), "lines": rows}
+                     "success": float((pred == truth).all(axis=1).mean()), "unknown_words": reader.unknown(text)})
+    return rows

@@ -55,12 +55,14 @@ class Module:
         grads: a flat dict of the parameters' gradients, keyed as ``state_dict()`` relative to
         this module (``self_attn.in_proj_weight``), each the shape of its parameter.
         dinputs: the gradient of forward's array input, or
+
           - a tuple in argument order when forward takes two arrays: MultiHeadAttention
             (dx_q, dx_kv), dx_kv None for self-attention; DecoderLayer and Decoder (dx, dmemory);
           - None for integer ids, which have no gradient (Embedding, Embeddings);
           - a dict by name for compositions whose useful gradients sit at named points:
             TransformerStack {"src", "tgt", "memory"}; the models {"embeddings"},
             {"src_embeddings", "tgt_embeddings", "memory"} or {"images"}.
+
         Values leave through the return value, never through closures or lists.
         """
         raise NotImplementedError(f"{type(self).__name__} has no backward")
