@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from .blocks import encoder_stack, init_model, sequence_loss
+from .classifier import IGNORE_LABEL
 from .config import (
     MAX_PARAMETERS,
     BlockConfig,
@@ -54,7 +55,7 @@ from .config import (
 )
 from .vla import check_text_states
 
-IGNORE = -100                      # a target that is not scored (torch's cross-entropy default)
+IGNORE = IGNORE_LABEL              # -100: a target that is not scored (torch's cross-entropy default)
 
 
 @dataclass
