@@ -139,6 +139,25 @@ def test_what_each_token_reads():
     np.testing.assert_array_equal(prefix_lm_mask(2, 2), expect)
 
 
+def test_the_explorer_reads_its_attention():
+    """The explorer's capture recomputes every layer's weights from the cached q, k and the model's mask, and
+    a head knocked out changes the action logits: the model side the explorer's views need."""
+    from npformer.explore import capture, knockout
+
+    cfg, model = small(seed=7)
+    words, images, actions_in, _ = batch(cfg, np.random.default_rng(7))
+    logits, cache = model.forward(words, images, actions_in)
+    mask = model.attention_mask(words, 3)                           # (B, 1, T, T)
+    groups = capture.capture("action_lm", cache, {"self": mask[0, 0]})
+    assert groups["self"].weights.shape == (2, 2) + mask.shape[-2:]
+    with pytest.raises(RuntimeError, match="not the one the model used"):
+        capture.capture("action_lm", cache, {"self": np.ones(mask.shape[-2:], dtype=bool)})
+    name = knockout.module_name("action_lm", "self", 1)
+    with knockout.heads_masked(model, {name: np.array([0.0, 1.0])}):
+        knocked, _ = model.forward(words, images, actions_in)
+    assert np.abs(knocked - logits).max() > 1e-6
+
+
 def test_config_checks_and_parameter_count():
     with pytest.raises(ValueError, match="action_len must be >= 1"):
         ActionLMConfig(vocab_size=9, action_len=0)

@@ -81,8 +81,9 @@ class CachedActionLM:
 def check_allowed(allowed: Sequence, n_slots: int, vocab: int) -> list[np.ndarray]:
     """One non-empty 1-D integer array of ids in [0, vocab) per slot, or ValueError naming the slot."""
     if isinstance(allowed, np.ndarray) or not isinstance(allowed, Sequence) or len(allowed) != n_slots:
+        n = len(allowed) if hasattr(allowed, "__len__") else "?"
         raise ValueError(f"allowed must be a list of {n_slots} arrays of token ids, one per action slot, "
-                         f"got {type(allowed).__name__} of length {len(allowed) if hasattr(allowed, '__len__') else '?'}")
+                         f"got {type(allowed).__name__} of length {n}")
     out = []
     for j, ids in enumerate(allowed):
         ids = np.asarray(ids)

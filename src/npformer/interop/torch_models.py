@@ -321,5 +321,5 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
     return out
 
 
-__all__ = ["NormOnly", "TorchActionLM", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchPatchEmbedding",
-           "TorchTransformer", "TorchViT", "TorchVLA", "model_to_torch"]
+__all__ = ["NormOnly", "TorchActionLM", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier",
+           "TorchPatchEmbedding", "TorchTransformer", "TorchViT", "TorchVLA", "model_to_torch"]

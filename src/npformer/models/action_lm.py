@@ -179,6 +179,15 @@ class ActionLM(Module):
         """(B, L) bool, True for a real word: an id other than pad_id, or a text state that is not all zeros."""
         return (words != 0).any(axis=-1) if self.config.text_dim else words != self.config.pad_id
 
+    def attention_mask(self, words: np.ndarray, n_actions: int) -> np.ndarray:
+        """(B, 1, T, T) bool, True where a query may read a key: the prefix-LM rule (``prefix_lm_mask``),
+        and no padded word is read."""
+        b, n_words = words.shape[:2]
+        p = n_words + self.config.n_patches
+        keep = np.ones((b, p + n_actions), dtype=bool)            # (B, T): padded words are not keys
+        keep[:, :n_words] = self.word_mask(words)
+        return prefix_lm_mask(p, n_actions)[None, None] & keep[:, None, None, :]   # (B, 1, T, T)
+
     def forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         """words: ids (B, L) int, or text states (B, L, S) when text_dim = S > 0 (padding: rows of zeros);
@@ -223,16 +232,13 @@ class ActionLM(Module):
 
     def _forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
                  rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
-        b, n_words = words.shape[:2]
+        n_words = words.shape[1]
         xp, c_prefix = self.embed_prefix(words, images, rng)      # (B, P, E)
         xa, c_a = self.embed_actions(actions_in, 0, rng)          # (B, A, E)
         x = np.concatenate([xp, xa], axis=1)                      # (B, T, E)
-        p, a = xp.shape[1], xa.shape[1]
-        keep = np.ones((b, p + a), dtype=bool)                    # (B, T): padded words are not keys
-        keep[:, :n_words] = self.word_mask(words)
-        mask = prefix_lm_mask(p, a)[None, None] & keep[:, None, None, :]   # (B, 1, T, T)
+        mask = self.attention_mask(words, xa.shape[1])            # (B, 1, T, T)
         h, c_enc = self.encoder.forward(x, mask=mask, rng=rng)    # (B, T, E)
-        logits, c_out = self.project_output(h[:, p:])             # (B, A, V_a)
+        logits, c_out = self.project_output(h[:, xp.shape[1]:])   # (B, A, V_a)
         return logits, (c_prefix, c_a, c_enc, c_out, h.shape, n_words)
 
     def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
