@@ -120,6 +120,12 @@ MODEL_CONFIGS = {
         "n_heads": st.just(2), "d_ff": st.integers(1, 20), "n_layers": st.integers(1, 2),
         "head": st.sampled_from(["pointer", "linear"]), "text_dim": st.sampled_from([0, 5]),
         "norm_first": st.booleans()}),
+    "action_lm": st.fixed_dictionaries({
+        "vocab_size": st.integers(2, 30), "max_words": st.integers(1, 6), "image_size": st.sampled_from([8, 16]),
+        "patch_size": st.just(8), "in_channels": st.integers(1, 3), "action_vocab": st.integers(1, 20),
+        "action_len": st.integers(1, 4), "d_model": st.sampled_from([4, 8]), "n_heads": st.just(2),
+        "d_ff": st.integers(1, 20), "n_layers": st.integers(1, 2), "text_dim": st.sampled_from([0, 5]),
+        "positional": st.sampled_from(["sinusoidal", "learned"]), "norm_first": st.booleans()}),
 }
 
 

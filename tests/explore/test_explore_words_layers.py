@@ -7,7 +7,7 @@ from page_payloads import build
 
 from npformer.cli import main
 from npformer.explore import payload as payload_mod
-from npformer.explore.kinds import label_kinds
+from npformer.explore.kinds import action_label, label_kinds
 from npformer.explore.layers import keep_layers, parse_layers
 from npformer.explore.payload import decode_array
 from npformer.explore.words import truncation, word_index, word_labels
@@ -86,6 +86,16 @@ def test_label_kinds():
     labels = ["PICK", "PLACE", "put", "<pad>", "p(0,1)", "p(10,3)", "[CLS]", "<bos>", "<", "p", "[PAD]"]
     assert label_kinds(labels) == ["action", "action", "word", "pad", "patch", "patch", "special", "special",
                                    "word", "word", "pad"]
+
+
+def test_action_token_labels():
+    """A policy that acts in tokens: its words, patches and action tokens (act:NAME) are told apart."""
+    labels = ["put", "the", "<pad>", "p(0,0)", action_label("BOS"), action_label("dx=3"), action_label("close"),
+              "act:", "act"]
+    assert labels[4:7] == ["act:BOS", "act:dx=3", "act:close"]
+    assert label_kinds(labels) == ["word", "word", "pad", "patch", "action", "action", "action", "word", "word"]
+    with pytest.raises(ValueError, match="without spaces"):
+        action_label("dx 3")
 
 
 @pytest.mark.parametrize("text, expect", [("0-1", (0, 1)), ("2", (2, 2)), (" 3-5 ", (3, 5))])

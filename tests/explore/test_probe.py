@@ -45,3 +45,34 @@ def test_recording_again_replaces_later_rows(explore_runs, tmp_path):  # noqa: F
     np.testing.assert_array_equal(after["weights"][0], before["weights"][0])
     for a, b in zip(after["inputs"], before["inputs"], strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_policy_that_acts_in_tokens_records_its_probe(tmp_path):
+    """ActionLM's batch is (words, images, actions_in, targets): the probe runs the first three, and its maps
+    hold every token: words, patches and action tokens (T = L + N + A), action rows reading the prefix."""
+    from types import SimpleNamespace
+
+    from npformer.data.tasks import Batch
+    from npformer.models.action_lm import ActionLM, ActionLMConfig
+
+    cfg = ActionLMConfig(vocab_size=9, max_words=4, image_size=8, patch_size=4, action_vocab=5, action_len=3,
+                         d_model=8, n_heads=2, d_ff=12, n_layers=2)
+    model = ActionLM(cfg, rng=0)
+
+    def train_batch(rng, n):
+        words = np.array([[3, 4, 0, 0]] * n)                            # (B, L), padded
+        targets = rng.integers(0, 5, (n, 3))
+        actions_in = np.concatenate([np.full((n, 1), cfg.bos_id), targets[:, :2]], axis=1)
+        return Batch((words, rng.random((n, 8, 8, 3)), actions_in, targets), n_tokens=n * 9)
+
+    task = SimpleNamespace(model_kind="action_lm", train_batch=train_batch)
+    record_probe(tmp_path, task, model, 0)
+    probe = read_probe(tmp_path)
+    assert probe["model_kind"] == "action_lm" and probe["group"] == "self"
+    assert [a.shape for a in probe["inputs"]] == [(1, 4), (1, 8, 8, 3), (1, 3)]
+    assert probe["inputs"][1].dtype == np.float32
+    t = 4 + 4 + 3
+    assert probe["weights"].shape == (1, 2, 2, t, t)
+    w = probe["weights"][0].astype(np.float64) / 255.0                  # (L, H, T, T)
+    assert np.all(w[:, :, :8, 8:] == 0) and np.all(w[:, :, :, 2:4] == 0)   # no action, no padding read
+    np.testing.assert_allclose(w.sum(-1), 1.0, atol=t * 0.5 / 255)

@@ -30,6 +30,7 @@ from npformer import models
 from npformer.cli import main
 from npformer.data.copy import CopyTask
 from npformer.data.tabletop import TabletopTask
+from npformer.models.action_lm import ActionLM, ActionLMConfig
 from npformer.models.vit import ViT, ViTConfig
 from npformer.models.vla import VLA, VLAConfig
 from npformer.train.checkpoint import load_run, read_safetensors
@@ -130,6 +131,17 @@ def _batch(kind, rng):
             words = rng.standard_normal((4, 5, cfg.text_dim)) * (words != 0)[..., None]
         images = rng.random((4, 8, 8, 3))                                    # (B, H, W, C)
         return VLA(cfg, rng=1, dtype=np.float64), (words, images, rng.integers(0, cfg.n_cells, size=(4, 2)))
+    if kind.startswith("action_lm"):
+        text_dim = int(kind.split("-")[1])
+        cfg = ActionLMConfig(vocab_size=19, max_words=7, image_size=8, patch_size=4, action_vocab=6, action_len=3,
+                             d_model=16, n_heads=2, d_ff=24, n_layers=2, text_dim=text_dim, norm_first=not text_dim)
+        words = ids[:, :5]                                                   # (B, L), 0 is <pad>
+        if cfg.text_dim:
+            words = rng.standard_normal((4, 5, cfg.text_dim)) * (words != 0)[..., None]
+        targets = rng.integers(0, 6, size=(4, 3))                            # (B, A)
+        actions_in = np.concatenate([np.full((4, 1), cfg.bos_id), targets[:, :-1]], axis=1)   # BOS first
+        targets[2, 2] = -100                                                 # not scored
+        return ActionLM(cfg, rng=1, dtype=np.float64), (words, rng.random((4, 8, 8, 3)), actions_in, targets)
     head = kind.split("-")[1]
     cfg = models.EncoderClassifierConfig(vocab_size=19, n_classes=5, head=head, **small)
     labels = rng.integers(0, 5, size=ids.shape if head == "tagging" else ids.shape[:1])
@@ -137,7 +149,7 @@ def _batch(kind, rng):
 
 
 KINDS = ["transformer", "decoder_lm", "classifier-classification", "classifier-tagging", "vit-cls-learned",
-         "vit-mean-sinusoidal", "vla-pointer-0", "vla-linear-0", "vla-pointer-6"]
+         "vit-mean-sinusoidal", "vla-pointer-0", "vla-linear-0", "vla-pointer-6", "action_lm-0", "action_lm-6"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

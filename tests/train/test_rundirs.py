@@ -178,6 +178,20 @@ def test_remove_run_dir_removes_only_a_run_directory(tmp_path):
     assert not d.exists() and (tmp_path / "outside").read_bytes() == PRECIOUS
 
 
+def test_an_episode_animation_and_cached_demonstrations_are_run_files(tmp_path):
+    """A run that acts over time writes act.gif and may cache its demonstrations: --force and the demo may
+    delete them, and nothing else, as the other files npformer writes."""
+    from npformer.train.rundir import clear_run_dir, foreign_entry
+
+    d = tmp_path / "run"
+    d.mkdir()
+    for name in ("act.gif", "demos.safetensors", ".demos.safetensors.abcd1234.tmp"):
+        (d / name).write_bytes(b"x")
+    assert foreign_entry(d) is None
+    clear_run_dir(d, "--force")
+    assert not any(d.iterdir())
+
+
 # -- trainer_state.json names only numpy's bit generators --------------------------------------------
 
 def as_json(state):

@@ -66,6 +66,7 @@ MODEL_KINDS: dict[str, tuple] = {
     "classifier": ("npformer.models", "EncoderClassifierConfig", "EncoderClassifier"),
     "vit": ("npformer.models.vit", "ViTConfig", "ViT"),
     "vla": ("npformer.models.vla", "VLAConfig", "VLA"),
+    "action_lm": ("npformer.models.action_lm", "ActionLMConfig", "ActionLM"),
 }
 
 

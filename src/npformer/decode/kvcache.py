@@ -26,6 +26,10 @@ not twinned: each layer runs its own ``block`` (nn/sublayer.py) around these sub
 LayerNorm and residual of the full forward. Pinned by tests/decode/test_kvcache.py (cached logits
 equal the full forward's, both model kinds, post-LN and pre-LN, float64 and float32).
 
+A prefix-LM (``models/action_lm.py``) fills the cache first with a prefix whose positions read one
+another both ways (``KVCache.prefix_mask``: key padding only, no causal rule), then decodes after it
+step by step with the causal ``self_mask``; ``decode/action_lm.py`` drives it.
+
 A long first step (the prompt, into an empty cache) runs the tiled kernel (``ops/flash_attention.py``)
 with its own causal rule and the key-padding mask alone: neither the (B, 1, t, t) mask nor the
 (B, H, t, t) scores are built, so a prompt of 16,384 positions prefills in O(t) memory per head.
@@ -102,8 +106,17 @@ class KVCache:
     def prefill_mask(self, t: int, valid_new: np.ndarray | None) -> np.ndarray:
         """For t first positions into an empty cache: records ``valid_new`` (B, t) and returns the
         key-padding mask alone, bool (B, 1, 1, t); the kernel applies the causal rule itself."""
+        return self._first(t, valid_new, "prefill_mask")
+
+    def prefix_mask(self, t: int, valid_new: np.ndarray | None) -> np.ndarray:
+        """A prefix-LM's prefix, t first positions into an empty cache that read one another both ways
+        (no causal rule): records ``valid_new`` (B, t) and returns the key-padding mask, bool
+        (B, 1, 1, t). Later steps (``self_mask``) read the whole prefix and, causally, each other."""
+        return self._first(t, valid_new, "prefix_mask")
+
+    def _first(self, t: int, valid_new: np.ndarray | None, caller: str) -> np.ndarray:
         if self.length:
-            raise ValueError(f"prefill_mask needs an empty cache, this one holds {self.length} positions")
+            raise ValueError(f"{caller} needs an empty cache, this one holds {self.length} positions")
         self.check_room(t)
         if valid_new is not None:
             self.valid[:, :t] = valid_new

@@ -55,6 +55,7 @@ STACKS = {
     "classifier": lambda cache: {"self": (cache[1], False, "self")},
     "vit": lambda cache: {"self": (cache[1], False, "self")},
     "vla": lambda cache: {"self": (cache[2], False, "self")},
+    "action_lm": lambda cache: {"self": (cache[2], False, "self")},
     "bert": lambda cache: {"self": (cache[1], False, "self")},
 }
 

@@ -43,6 +43,7 @@ MODULES = {
     "decoder_lm": {"self": ("blocks", "self_attn")},
     "vit": {"self": ("encoder", "self_attn")},
     "vla": {"self": ("encoder", "self_attn")},
+    "action_lm": {"self": ("encoder", "self_attn")},
     "bert": {"self": ("encoder", "self_attn")},
 }
 

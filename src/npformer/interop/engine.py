@@ -77,10 +77,16 @@ def _policy(run, c, words, images, actions):
     return logits.reshape(-1, logits.shape[-1]), actions.flatten(), IGNORE_LABEL   # (B*2, N), (B*2,)
 
 
+def _action_tokens(run, c, words, images, actions_in, targets):
+    logits = run(words, images, actions_in)                                   # (B, A, V_a): each slot's token
+    return logits.reshape(-1, logits.shape[-1]), targets.flatten(), IGNORE_LABEL   # (B*A, V_a), (B*A,)
+
+
 # the model kinds to_torch converts
 # model kind -> (model, its config, *batch) -> (logits, targets, ignore index)
 SCORED: dict[str, Callable[..., tuple]] = {"transformer": _seq2seq, "decoder_lm": _language_model,
-                                           "classifier": _classifier, "vit": _image_classifier, "vla": _policy}
+                                           "classifier": _classifier, "vit": _image_classifier, "vla": _policy,
+                                           "action_lm": _action_tokens}
 
 
 def check_engine_kind(task_name: str, kind: str) -> None:

@@ -221,8 +221,16 @@ def from_torch(module):
         out = TransformerStack.from_stacks(_stack_from_torch(module.encoder, "Transformer.encoder", False),
                                            _stack_from_torch(module.decoder, "Transformer.decoder", True))
     else:
-        from .torch_models import TorchDecoderLM, TorchEncoderClassifier, TorchTransformer, TorchViT, TorchVLA
-        if not isinstance(module, (TorchTransformer, TorchDecoderLM, TorchEncoderClassifier, TorchViT, TorchVLA)):
+        from .torch_models import (
+            TorchActionLM,
+            TorchDecoderLM,
+            TorchEncoderClassifier,
+            TorchTransformer,
+            TorchViT,
+            TorchVLA,
+        )
+        if not isinstance(module, (TorchTransformer, TorchDecoderLM, TorchEncoderClassifier, TorchViT, TorchVLA,
+                                   TorchActionLM)):
             raise TypeError(f"from_torch accepts torch.nn.MultiheadAttention, TransformerEncoderLayer, "
                             f"TransformerDecoderLayer, TransformerEncoder, TransformerDecoder or Transformer "
                             f"(or a model made by to_torch), got {type(module).__module__}.{type(module).__name__}")
@@ -234,12 +242,13 @@ def _model_from_torch(module):
     """Back from a ``to_torch`` twin (e.g. after training in torch): the npformer model of the
     twin's config, with the twin's current weights."""
     from .. import models
+    from ..models.action_lm import ActionLM
     from ..models.vit import ViT
     from ..models.vla import VLA
 
     kind = {"TorchTransformer": models.Transformer, "TorchDecoderLM": models.DecoderLM,
             "TorchEncoderClassifier": models.EncoderClassifier, "TorchViT": ViT,
-            "TorchVLA": VLA}[type(module).__name__]
+            "TorchVLA": VLA, "TorchActionLM": ActionLM}[type(module).__name__]
     out = kind(module.config, rng=0, dtype=_np_dtype(module, type(module).__name__))
     _load_from_torch(out, module)
     return out
@@ -321,7 +330,7 @@ def _transformer_stack_to_torch(stack: TransformerStack):
 def to_torch(model):
     """The torch module equal to an npformer module or model: MultiHeadAttention, EncoderLayer,
     DecoderLayer, Encoder, Decoder, TransformerStack, and the full models (Transformer,
-    DecoderLM, EncoderClassifier, ViT, VLA), bare or in a torch-style call. Weights are copied; dtype kept;
+    DecoderLM, EncoderClassifier, ViT, VLA, ActionLM), bare or in a torch-style call. Weights are copied; dtype kept;
     eval mode (call ``.train()`` to train it). Called with torch tensors, it returns what the
     npformer module returns.
     """

@@ -10,7 +10,8 @@ npformer ``ffn.linear1``):
 
 Masks come from ``pad_id`` exactly as in npformer (padding hidden as keys, causal decoder). The ViT's
 patch embedding is torch's ``conv2d`` with kernel and stride P, which npformer's patch projection equals.
-The VLA policy's twin builds the same [PICK, PLACE] + words + patches sequence and pointer head.
+The VLA policy's twin builds the same [PICK, PLACE] + words + patches sequence and pointer head; the
+ActionLM's, the same words + patches + action tokens with the prefix-LM mask.
 This file imports torch at the top; only ``to_torch`` imports it, so ``import npformer`` does not.
 
 Dimension legend: B batch, S source positions, T target positions, E model width, V vocabulary;
@@ -245,17 +246,58 @@ class TorchVLA(nn.Module):
         return heads @ keys.transpose(1, 2) * c.d_model ** -0.5             # (B, 2, N)
 
 
+class TorchActionLM(nn.Module):
+    """npformer's ``ActionLM`` in torch: forward(words, images (B, H, W, C), actions_in (B, A)) -> the action
+    slots' logits (B, A, V_a). words: ids (B, L) long, or frozen text states (B, L, S) when text_dim = S.
+    The sequence is words + patches + action tokens, each with its type embedding; the mask lets the
+    prefix (words, patches) read itself both ways and action token j read the prefix and tokens 0..j;
+    padded words are hidden as keys."""
+
+    def __init__(self, model, encoder: nn.TransformerEncoder, dtype: torch.dtype) -> None:
+        super().__init__()
+        c = self.config = model.config
+        if c.text_dim:
+            self.text_proj = nn.Linear(c.text_dim, c.d_model, dtype=dtype)
+            self.text_dropout = nn.Dropout(model.text_dropout.p)          # dropout and text_dropout in one
+        else:
+            self.word_embed = TorchEmbeddings(model.word_embed, dtype)
+        self.patch_embed = TorchPatchEmbedding(model.patch_embed, dtype)
+        self.action_embed = TorchEmbeddings(model.action_embed, dtype)
+        self.type_embed = nn.Embedding(3, c.d_model, dtype=dtype)           # rows: word, patch, action
+        self.encoder = encoder
+        self.action_head = nn.Linear(c.d_model, c.action_vocab, dtype=dtype)
+
+    def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        b, n_words = words.shape[:2]
+        if c.text_dim:
+            xw, real = self.text_dropout(self.text_proj(words)), (words != 0).any(dim=-1)  # (B, L, E), (B, L)
+        else:
+            xw, real = self.word_embed(words), words != c.pad_id
+        tw = self.type_embed.weight                                          # (3, E)
+        prefix = torch.cat([xw + tw[0], self.patch_embed(images) + tw[1]], dim=1)   # (B, P, E)
+        x = torch.cat([prefix, self.action_embed(actions_in) + tw[2]], dim=1)       # (B, T, E)
+        p, t = prefix.shape[1], x.shape[1]
+        k = torch.arange(t, device=x.device)
+        blocked = ~((k[None, :] < p) | (k[None, :] <= k[:, None]))          # (T, T), True = may not attend
+        pad = torch.zeros(b, t, dtype=torch.bool, device=x.device)           # (B, T)
+        pad[:, :n_words] = ~real
+        h = self.encoder(x, mask=blocked, src_key_padding_mask=pad)          # (B, T, E)
+        return self.action_head(h[:, p:])                                    # (B, A, V_a)
+
+
 def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
-    """The torch twin of an npformer Transformer, DecoderLM, EncoderClassifier, ViT or VLA, weights
+    """The torch twin of an npformer Transformer, DecoderLM, EncoderClassifier, ViT, VLA or ActionLM, weights
     copied. ``stack_to_torch``, ``torch_dtype`` and ``load`` are interop.torch's converters."""
     from ..models import DecoderLM, EncoderClassifier, Transformer
+    from ..models.action_lm import ActionLM
     from ..models.vit import ViT
     from ..models.vla import VLA
 
-    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier, ViT, VLA)):
+    if not isinstance(model, (Transformer, DecoderLM, EncoderClassifier, ViT, VLA, ActionLM)):
         raise TypeError("to_torch accepts npformer's MultiHeadAttention, EncoderLayer, DecoderLayer, Encoder, "
-                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM, EncoderClassifier, ViT "
-                        f"and VLA, got {type(model).__module__}.{type(model).__name__}")
+                        "Decoder, TransformerStack, LayerNorm, Transformer, DecoderLM, EncoderClassifier, ViT, "
+                        f"VLA and ActionLM, got {type(model).__module__}.{type(model).__name__}")
     dtype = torch_dtype(model)
     if isinstance(model, Transformer):
         if len(model.encoder.layers):
@@ -271,11 +313,13 @@ def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:
         out = TorchViT(model, stack_to_torch(model.encoder, False), dtype)
     elif isinstance(model, VLA):
         out = TorchVLA(model, stack_to_torch(model.encoder, False), dtype)
+    elif isinstance(model, ActionLM):
+        out = TorchActionLM(model, stack_to_torch(model.encoder, False), dtype)
     else:
         out = TorchEncoderClassifier(model, stack_to_torch(model.encoder, False), dtype)
     load(out, model)
     return out
 
 
-__all__ = ["NormOnly", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier", "TorchPatchEmbedding",
-           "TorchTransformer", "TorchViT", "TorchVLA", "model_to_torch"]
+__all__ = ["NormOnly", "TorchActionLM", "TorchDecoderLM", "TorchEmbeddings", "TorchEncoderClassifier",
+           "TorchPatchEmbedding", "TorchTransformer", "TorchViT", "TorchVLA", "model_to_torch"]

@@ -153,8 +153,16 @@ def _vla(c: Any) -> int:
             + _stack(c, c.n_layers, False) + 2 * _linear(e, out) + (e * e if c.head == "pointer" else 0))
 
 
+def _action_lm(c: Any) -> int:
+    e = c.d_model
+    words = _linear(c.text_dim, e) if c.text_dim else _tokens(c, c.vocab_size, c.max_words, c.positional)
+    actions = _tokens(c, c.action_vocab + 1, c.action_len, "learned")      # BOS row, a position per slot
+    return (words + _patches(c, False, "learned") + actions + 3 * e       # type table: word, patch, action
+            + _stack(c, c.n_layers, False) + _linear(e, c.action_vocab))
+
+
 _COUNTS = {"TransformerConfig": _transformer, "DecoderLMConfig": _decoder_lm, "EncoderClassifierConfig": _classifier,
-           "ViTConfig": _vit, "VLAConfig": _vla}
+           "ViTConfig": _vit, "VLAConfig": _vla, "ActionLMConfig": _action_lm}
 
 
 def param_count(config: object) -> int | None:

@@ -23,6 +23,8 @@ from .probe import PROBE
 from .runlog import CURVES, EVAL_LOG, LOG
 
 EXPLORE_PAGE, ACT_FIGURE, ATTENTION_FIGURE = "explore.html", "act.png", "attention.png"
+ACT_ANIMATION = "act.gif"                           # npformer act on a run that acts over time (an episode)
+DEMOS = "demos.safetensors"                         # demonstrations a task records once and reuses (its cache)
 RUN_FILES = frozenset({
     CONFIG, MODEL, OPTIMIZER, STATE, METRICS,       # the run and its checkpoint (train.checkpoint)
     LOG, EVAL_LOG, CURVES,                          # its logs and their plot (train.runlog)
@@ -31,6 +33,8 @@ RUN_FILES = frozenset({
     EXPLORE_PAGE,                                   # npformer explore RUN, and the demo
     ACT_FIGURE,                                     # npformer act RUN, and the demo
     ATTENTION_FIGURE,                               # the demo's attention figure
+    ACT_ANIMATION,                                  # npformer act RUN: an episode's frames
+    DEMOS,                                          # a task's cached demonstrations (rebuilt when missing)
 })
 
 

@@ -1,0 +1,291 @@
+"""A policy that acts in tokens: a prefix-LM over an instruction, an image's patches and action tokens.
+
+    seq = words    E_w[ids] * sqrt(E) + P_w[i] + type[word]          (text_dim == 0)
+             or    W_t s_i + b_t + type[word]   s_i: a frozen text encoder's state of word piece i
+        + patches  W patch + b + P_p[n] + type[patch]                (npformer.nn.patches)
+        + actions  E_a[a_j] * sqrt(E) + P_a[j] + type[action]        a_0 = BOS, a_j = the step's token j - 1
+    h   = Encoder(seq, prefix-LM mask)
+    logits[j] = W_o h[action j] + b_o            over the action_vocab tokens: token j of the step
+
+The mask: the instruction and the patches (the prefix) read each other both ways, as the VLA's
+encoder does; action token j reads the whole prefix and action tokens 0..j, as a language model
+reads its past. Key k is visible to query q when k is in the prefix or k <= q, and never when it is
+a padded word. The prefix never reads an action token, so at inference it is computed once per
+step and the action tokens decode over the KV cache (``npformer.decode.action_lm``), one at a time,
+as RT-2 emits text.
+
+Inputs: ``actions_in`` (B, A) holds BOS (id ``action_vocab``) followed by the step's first A - 1
+tokens (teacher forcing), so the embedding table has action_vocab + 1 rows; the targets are the
+step's A tokens. Each action slot has its own learned position (``action_len`` slots).
+
+The words come in one of two ways, as in ``models/vla.py``: ``text_dim == 0``, ids into a table learned
+from scratch with word positions (``positional``); ``text_dim == S > 0``, a frozen language model's
+S-wide states, projected by ``text_proj`` (no positions: the states carry the order), with
+``text_dropout`` on the projected features.
+
+Keys: ``word_embed.tok.weight`` and ``word_embed.pos.weight`` (learned positions) or, when text_dim > 0,
+``text_proj.{weight,bias}``; ``patch_embed.{weight,bias,pos_embed}``; ``action_embed.tok.weight``
+(V_a + 1, E), ``action_embed.pos.weight`` (A_max, E); ``type_embed.weight`` (3, E); ``encoder.*``;
+``action_head.{weight,bias}``.
+Dimension legend: B batch, L words, S text-state width, N patches, P = L + N prefix tokens, A action
+tokens, T = P + A, E width, V_a action vocabulary.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
+
+from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
+from ..nn.patches import PatchEmbedding
+from .blocks import encoder_stack, init_model, sequence_loss
+from .classifier import IGNORE_LABEL
+from .config import (
+    MAX_PARAMETERS,
+    BlockConfig,
+    check_float,
+    check_ids,
+    check_images,
+    check_int,
+    check_pad_id,
+    check_patch_grid,
+    check_rng,
+)
+from .vla import check_text_states
+
+IGNORE = IGNORE_LABEL              # -100: a target that is not scored (torch's cross-entropy default)
+
+
+@dataclass
+class ActionLMConfig(BlockConfig):
+    vocab_size: int                # word vocabulary, id pad_id is padding (unused when text_dim > 0)
+    max_words: int = 16            # L: instructions are padded to at most this many words (or word pieces)
+    image_size: int = 48           # square RGB images, pixels per side
+    patch_size: int = 8            # one patch token per P x P pixels
+    in_channels: int = 3           # C
+    action_vocab: int = 259        # V_a: action tokens (bins + 3 gripper commands); BOS is id V_a
+    action_len: int = 3            # A_max: action tokens per step (dx, dy, gripper), one learned position each
+    d_model: int = 64              # E: token width
+    n_heads: int = 4               # attention heads per layer
+    d_ff: int = 128                # feed-forward inner width
+    n_layers: int = 3              # encoder layers
+    dropout: float = 0.0           # dropout on tokens, attention weights and sub-layer outputs
+    activation: str = "gelu"       # feed-forward non-linearity
+    norm_first: bool = True        # pre-LN (with a final norm) or post-LN
+    positional: str = "learned"    # word positions (text_dim == 0): "learned" or "sinusoidal"
+    pad_id: int = 0                # padding word id, masked out as a key
+    eps: float = 1e-5              # LayerNorm epsilon
+    text_dim: int = 0              # 0: words are ids into a learned table; S > 0: S-wide frozen text states
+    text_dropout: float = 0.0      # text_dim > 0: dropout on the projected text features, on top of dropout
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "action_vocab",
+                     "action_len", "d_model", "n_heads", "d_ff", "n_layers"):
+            check_int(name, getattr(self, name))
+        check_int("text_dim", self.text_dim, minimum=0)
+        check_float("text_dropout", self.text_dropout, 0.0, 1.0)
+        if self.text_dropout and not self.text_dim:
+            raise ValueError(f"text_dropout ({self.text_dropout}) drops projected text states: it needs text_dim > 0")
+        check_patch_grid(self.image_size, self.patch_size)
+        self.check_block_fields()            # no final_norm field: a final norm exactly when pre-LN
+        check_pad_id(self.pad_id, self.vocab_size)
+        if self.positional == "sinusoidal" and self.max_words * self.d_model > MAX_PARAMETERS:
+            raise ValueError(f"ActionLMConfig describes a sinusoidal word-position table of {self.max_words:,} x "
+                             f"{self.d_model:,} values, more than npformer builds ({MAX_PARAMETERS:,}, 2^31)")
+
+    @property
+    def n_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def bos_id(self) -> int:
+        """The id that starts every step's action tokens (one past the action vocabulary)."""
+        return self.action_vocab
+
+
+def prefix_lm_mask(t_prefix: int, n_actions: int) -> np.ndarray:
+    """(T, T) bool, True where query q may read key k: k in the prefix (k < t_prefix) or k <= q."""
+    t = t_prefix + n_actions
+    k = np.arange(t)                                              # (T,)
+    return (k[None, :] < t_prefix) | (k[None, :] <= k[:, None])   # (T, T)
+
+
+class ActionLM(Module):
+    # the config (init_model) and the children (add_module) made in __init__, declared for the type checker
+    config: ActionLMConfig
+    text_proj: Linear                                # frozen text states only
+    text_dropout: Dropout                            # frozen text states only
+    word_embed: Embeddings                           # own word table only
+    patch_embed: PatchEmbedding
+    action_embed: Embeddings
+    type_embed: Embedding
+    encoder: Encoder
+    action_head: Linear
+
+    WORD, PATCH, ACTION = 0, 1, 2  # rows of type_embed
+
+    def __init__(self, config: ActionLMConfig, rng: np.random.Generator | int = 0,
+                 dtype: DTypeLike = np.float32) -> None:
+        c, rng = init_model(self, config, ActionLMConfig, rng)
+        if c.text_dim:
+            self.add_module("text_proj", Linear(c.text_dim, c.d_model, rng=rng, dtype=dtype))
+            # one mask with both rates: a feature survives dropout and text_dropout with (1 - p)(1 - p_t)
+            self.add_module("text_dropout", Dropout(1.0 - (1.0 - c.dropout) * (1.0 - c.text_dropout)))
+        else:
+            self.add_module("word_embed", Embeddings(c.vocab_size, c.d_model, c.max_words, positional=c.positional,
+                                                     dropout=c.dropout, rng=rng, dtype=dtype))
+        self.add_module("patch_embed", PatchEmbedding(c.image_size, c.patch_size, c.in_channels, c.d_model,
+                                                      cls_token=False, positional="learned", dropout=c.dropout,
+                                                      rng=rng, dtype=dtype))
+        self.add_module("action_embed", Embeddings(c.action_vocab + 1, c.d_model, c.action_len, positional="learned",
+                                                   dropout=c.dropout, rng=rng, dtype=dtype))
+        self.add_module("type_embed", Embedding(3, c.d_model, rng=rng, dtype=dtype, std=0.02))
+        self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
+        self.add_module("action_head", Linear(c.d_model, c.action_vocab, rng=rng, dtype=dtype))
+
+    # -- public boundary ------------------------------------------------------------------------
+    def layout(self, n_words: int, n_actions: int | None = None) -> dict:
+        """Where each kind of token sits in the sequence: name -> slice."""
+        p = n_words + self.config.n_patches
+        a = self.config.action_len if n_actions is None else n_actions
+        return {"words": slice(0, n_words), "patches": slice(n_words, p), "actions": slice(p, p + a)}
+
+    def check_inputs(self, words: ArrayLike, images: ArrayLike, rng: np.random.Generator | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Validate the words (ids (B, L) in the vocabulary or, when text_dim = S > 0, text states (B, L, S)
+        in the model's dtype; L <= max_words), the images ((B, H, W, C) in the model's dtype, finite;
+        the task scales pixels to [0, 1]) and the rng. Returns (words, images)."""
+        c = self.config
+        check_rng(self, rng, max(c.dropout, c.text_dropout))
+        if c.text_dim:
+            words = check_text_states(words, c.text_dim, c.max_words, self.dtype)
+        else:
+            words = check_ids(words, "word_ids", c.vocab_size, c.max_words, c.positional)
+        images = check_images(images, c.image_size, c.in_channels, self.dtype, batch=len(words),
+                              context=f" to go with words {words.shape}")
+        return words, images
+
+    def check_actions(self, actions_in: ArrayLike, batch: int, name: str = "actions_in") -> np.ndarray:
+        """actions_in (B, A) ints in [0, action_vocab] (BOS included), 1 <= A <= action_len."""
+        c = self.config
+        actions_in = check_ids(actions_in, name, c.action_vocab + 1, c.action_len, "action-slot")
+        if len(actions_in) != batch:
+            raise ValueError(f"{name} must have one row per instruction ({batch}), got shape {actions_in.shape}")
+        return actions_in
+
+    def word_mask(self, words: np.ndarray) -> np.ndarray:
+        """(B, L) bool, True for a real word: an id other than pad_id, or a text state that is not all zeros."""
+        return (words != 0).any(axis=-1) if self.config.text_dim else words != self.config.pad_id
+
+    def attention_mask(self, words: np.ndarray, n_actions: int) -> np.ndarray:
+        """(B, 1, T, T) bool, True where a query may read a key: the prefix-LM rule (``prefix_lm_mask``),
+        and no padded word is read."""
+        b, n_words = words.shape[:2]
+        p = n_words + self.config.n_patches
+        keep = np.ones((b, p + n_actions), dtype=bool)            # (B, T): padded words are not keys
+        keep[:, :n_words] = self.word_mask(words)
+        return prefix_lm_mask(p, n_actions)[None, None] & keep[:, None, None, :]   # (B, 1, T, T)
+
+    def forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
+        """words: ids (B, L) int, or text states (B, L, S) when text_dim = S > 0 (padding: rows of zeros);
+        images (B, H, W, C) floats in [0, 1]; actions_in (B, A) int, BOS first ->
+        (logits (B, A, V_a): each slot's next action token, cache)."""
+        words, images = self.check_inputs(words, images, rng)
+        actions_in = self.check_actions(actions_in, len(words))
+        return self._forward(words, images, actions_in, rng)
+
+    def loss(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray, targets: np.ndarray,
+             label_smoothing: float = 0.0, rng: np.random.Generator | None = None
+             ) -> tuple[float, dict[str, np.ndarray]]:
+        """Mean cross-entropy over the action tokens (targets (B, A) in [0, V_a), or -100 not scored);
+        words, images and actions_in as ``forward``'s. Returns (loss, grads)."""
+        words, images = self.check_inputs(words, images, rng)
+        actions_in = self.check_actions(actions_in, len(words))
+        targets = check_ids(targets, "targets", self.config.action_vocab, allow=IGNORE)
+        if targets.shape != actions_in.shape:
+            raise ValueError(f"targets must have the shape of actions_in {actions_in.shape}, got {targets.shape}")
+        logits, cache = self._forward(words, images, actions_in, rng)        # (B, A, V_a)
+        loss, dlogits = sequence_loss(logits, targets, IGNORE, label_smoothing, "targets")
+        return loss, self.backward(dlogits, cache)[1]
+
+    # -- passes ---------------------------------------------------------------------------------
+    def embed_prefix(self, words: np.ndarray, images: np.ndarray, rng: np.random.Generator | None = None
+                     ) -> tuple[np.ndarray, Any]:
+        """The prefix tokens: words then patches, each with its type, (B, P, E), and the cache."""
+        tw = self.type_embed.params["weight"]                     # (3, E)
+        xw, c_w = self._words_forward(words, rng)                 # (B, L, E)
+        xp, c_p = self.patch_embed.forward(images, rng)           # (B, N, E)
+        return np.concatenate([xw + tw[self.WORD], xp + tw[self.PATCH]], axis=1), (c_w, c_p)   # (B, P, E)
+
+    def embed_actions(self, actions_in: np.ndarray, offset: int = 0, rng: np.random.Generator | None = None
+                      ) -> tuple[np.ndarray, Any]:
+        """Action tokens at slots offset.. (B, t, E) with their type, and the cache."""
+        xa, c_a = self.action_embed.forward(actions_in, rng, offset=offset)   # (B, t, E)
+        return xa + self.type_embed.params["weight"][self.ACTION], c_a
+
+    def project_output(self, h: np.ndarray) -> tuple[np.ndarray, Any]:
+        """The action head: h (..., E) of action positions -> (logits (..., V_a), cache)."""
+        return self.action_head.forward(h)
+
+    def _forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
+                 rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
+        n_words = words.shape[1]
+        xp, c_prefix = self.embed_prefix(words, images, rng)      # (B, P, E)
+        xa, c_a = self.embed_actions(actions_in, 0, rng)          # (B, A, E)
+        x = np.concatenate([xp, xa], axis=1)                      # (B, T, E)
+        mask = self.attention_mask(words, xa.shape[1])            # (B, 1, T, T)
+        h, c_enc = self.encoder.forward(x, mask=mask, rng=rng)    # (B, T, E)
+        logits, c_out = self.project_output(h[:, xp.shape[1]:])   # (B, A, V_a)
+        return logits, (c_prefix, c_a, c_enc, c_out, h.shape, n_words)
+
+    def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
+        """The word tokens (B, L, E) before their type embedding, and the cache."""
+        if not self.config.text_dim:
+            return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
+        x, c_proj = self.text_proj.forward(words)                 # (B, L, E) = s W_t^T + b_t
+        x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
+        return x, (c_proj, c_drop)
+
+    def _words_backward(self, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
+        """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None."""
+        if not self.config.text_dim:
+            _, g = self.word_embed.backward(dxw, c_w)
+            add_grads(grads, g, "word_embed")
+            return None
+        c_proj, c_drop = c_w
+        dxw, _ = self.text_dropout.backward(dxw, c_drop)
+        dstates, g = self.text_proj.backward(dxw, c_proj)          # (B, L, S)
+        add_grads(grads, g, "text_proj")
+        return dstates
+
+    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
+        """dlogits (B, A, V_a) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
+        d images (B, H, W, C)} and, when text_dim > 0, "words": d loss / d text states (B, L, S)."""
+        (c_w, c_p), c_a, c_enc, c_out, h_shape, n_words = cache
+        lay = self.layout(n_words, dlogits.shape[1])
+        grads: dict = {}
+        dh = np.zeros(h_shape, dtype=dlogits.dtype)               # (B, T, E): only action positions are read
+        dh[:, lay["actions"]], g = self.action_head.backward(dlogits, c_out)
+        add_grads(grads, g, "action_head")
+        dx, g = self.encoder.backward(dh, c_enc)                  # (B, T, E)
+        add_grads(grads, g, "encoder")
+        dxw, dxp, dxa = dx[:, lay["words"]], dx[:, lay["patches"]], dx[:, lay["actions"]]
+        dtype_w = np.zeros_like(self.type_embed.params["weight"])  # (3, E)
+        dtype_w[self.WORD] = dxw.sum(axis=(0, 1))
+        dtype_w[self.PATCH] = dxp.sum(axis=(0, 1))
+        dtype_w[self.ACTION] = dxa.sum(axis=(0, 1))
+        grads["type_embed.weight"] = dtype_w
+        _, g = self.action_embed.backward(dxa, c_a)
+        add_grads(grads, g, "action_embed")
+        dwords = self._words_backward(dxw, c_w, grads)
+        dimages, g = self.patch_embed.backward(dxp, c_p)          # (B, H, W, C)
+        add_grads(grads, g, "patch_embed")
+        return ({"images": dimages} if dwords is None else {"images": dimages, "words": dwords}), grads
+
+    @staticmethod
+    def attention_weights(cache: Any) -> list[dict]:
+        """One {"self": (B, H, T, T)} per layer; ``layout`` says which tokens are words, patches, actions."""
+        return Encoder.attention_weights(cache[2])
