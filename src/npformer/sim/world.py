@@ -151,7 +151,7 @@ class World:
 
     def _perturb(self) -> None:
         colour = self.target[0]
-        if self.steps == self.move_at and colour not in self.grasped:
+        if self.steps == self.move_at and colour not in self.grasped and self.held != colour:
             self.blocks[colour] = self.move_to
             self.events.append((self.steps, "moved", colour))
         if self.held is not None and self.slips[self.steps - 1] < SLIP_P:
