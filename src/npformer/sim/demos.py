@@ -1,0 +1,86 @@
+"""Demonstrations of the scripted expert, recorded with DART (Laskey et al., 2017): noise is injected into
+the actions the world executes, so the recording visits states off the expert's own path, while each
+step's label stays the expert's clean action for the state it was in.
+
+Noise: the executed move is ``clean + N(0, noise^2)`` per axis (in action units, clipped to [-1, 1]); with
+probability ``flip`` the executed command is open for close or close for open ("done" is never injected,
+nor replaced). Episode i comes from ``episode_seed(seed, DEMO_STREAM, i)``; evaluation draws from
+``episodes.EVAL_STREAM``, so demonstrations never share an episode with an evaluation.
+
+Dimension legend: M recorded steps, N episodes, H = W = 48 pixels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .expert import expert_action
+from .render import render
+from .world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, SPLITS, episode_seed, new_episode
+
+DEMO_STREAM = 2_000_003                 # the demonstrations' seed stream (evaluation: episodes.EVAL_STREAM)
+_NOISE_STREAM = 2_000_017               # the injected noise's own stream: the scene does not depend on it
+
+
+@dataclass
+class Demos:
+    """Recorded steps: what the policy saw and the expert's clean label."""
+    images: np.ndarray              # (M, H, W, 3) uint8, the observation before the step
+    moves: np.ndarray               # (M, 2) float32, the expert's clean move
+    gripper: np.ndarray             # (M,) int64, the expert's clean command
+    executed_moves: np.ndarray      # (M, 2) float32, the move the world executed (clean + noise, clipped)
+    executed_gripper: np.ndarray    # (M,) int64, the command the world executed
+    episode: np.ndarray             # (M,) int64, the episode index of each step
+    step: np.ndarray                # (M,) int64, the step within its episode
+    instructions: list[str]         # (N,) one per episode; step j's is instructions[episode[j]]
+    success: np.ndarray             # (N,) bool, whether the executed episode succeeded
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+    def texts(self, rows: np.ndarray) -> list[str]:
+        """The instruction of each row in ``rows``."""
+        return [self.instructions[int(e)] for e in self.episode[rows]]
+
+
+def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0.05, split: str = "train",
+                 perturb: float = 0.5) -> Demos:
+    """``n_episodes`` expert episodes with DART noise. ``perturb``: the fraction of episodes run with the
+    perturbations on (each episode's draw comes from its seed)."""
+    if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) or n_episodes < 1:
+        raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
+    for name, v in (("noise", noise), ("flip", flip), ("perturb", perturb)):
+        if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
+            raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    images, moves, gripper, done_moves, done_gripper, episode, steps = [], [], [], [], [], [], []
+    texts, success = [], []
+    for i in range(int(n_episodes)):
+        rng = np.random.default_rng(episode_seed(seed, DEMO_STREAM, i))
+        on = bool(rng.random() < perturb)
+        world = new_episode(rng, split=split, perturb=on)
+        noise_rng = np.random.default_rng([int(seed), _NOISE_STREAM, i])
+        while not world.over:
+            clean = expert_action(world.info())
+            images.append(render(world))
+            moves.append(clean["move"])
+            gripper.append(clean["gripper"])
+            episode.append(i)
+            steps.append(world.steps)
+            move = np.clip(clean["move"] + noise * noise_rng.standard_normal(2), -1.0, 1.0).astype(np.float32)
+            command = clean["gripper"]
+            if noise_rng.random() < flip and command != GRIPPER_DONE:
+                command = GRIPPER_CLOSE if command == GRIPPER_OPEN else GRIPPER_OPEN
+            done_moves.append(move)
+            done_gripper.append(command)
+            world.step(move, command)
+        texts.append(world.instruction)
+        success.append(world.success)
+    return Demos(images=np.stack(images), moves=np.stack(moves).astype(np.float32),
+                 gripper=np.asarray(gripper, dtype=np.int64),
+                 executed_moves=np.stack(done_moves),
+                 executed_gripper=np.asarray(done_gripper, dtype=np.int64),
+                 episode=np.asarray(episode, dtype=np.int64),
+                 step=np.asarray(steps, dtype=np.int64), instructions=texts, success=np.asarray(success))

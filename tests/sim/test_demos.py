@@ -1,0 +1,55 @@
+"""DART demonstrations: the world executes noisy actions, each label is the clean expert's action for the
+state the world was in, and the episodes never share a seed with an evaluation."""
+import numpy as np
+import pytest
+
+from npformer.sim import expert_action, new_episode
+from npformer.sim.demos import DEMO_STREAM, record_demos
+from npformer.sim.episodes import EVAL_STREAM
+from npformer.sim.render import render
+from npformer.sim.world import episode_seed
+
+
+def test_labels_are_the_clean_expert_at_states_the_noisy_actions_reach():
+    d = record_demos(6, seed=3, noise=0.4, flip=0.1, perturb=0.5)
+    assert d.images.shape == (len(d), 48, 48, 3) and d.images.dtype == np.uint8
+    assert d.moves.dtype == np.float32 and d.gripper.dtype == np.int64 and len(d.instructions) == 6
+    assert sorted(set(d.episode.tolist())) == list(range(6))
+    noisy = 0
+    for i in range(6):
+        rng = np.random.default_rng(episode_seed(3, DEMO_STREAM, i))    # the episode, replayed by hand
+        perturb = bool(rng.random() < 0.5)
+        w = new_episode(rng, perturb=perturb)
+        assert w.instruction == d.instructions[i]
+        for j in np.flatnonzero(d.episode == i):
+            assert d.step[j] == w.steps
+            assert np.array_equal(render(w), d.images[j])
+            clean = expert_action(w.info())
+            np.testing.assert_array_equal(d.moves[j], clean["move"])
+            assert d.gripper[j] == clean["gripper"]
+            noisy += not np.array_equal(d.executed_moves[j], clean["move"])
+            w.step(d.executed_moves[j], int(d.executed_gripper[j]))
+        assert w.over and d.success[i] == w.success
+    assert noisy >= len(d) // 2
+
+
+def test_without_noise_the_demos_are_the_expert_and_all_succeed():
+    d = record_demos(10, seed=0, noise=0.0, flip=0.0)
+    assert d.success.all()
+    np.testing.assert_array_equal(d.executed_moves, d.moves)
+    np.testing.assert_array_equal(d.executed_gripper, d.gripper)
+    again = record_demos(10, seed=0, noise=0.0, flip=0.0)
+    assert again.images.tobytes() == d.images.tobytes()
+
+
+def test_demo_seeds_are_disjoint_from_evaluation_seeds():
+    demo = {episode_seed(s, DEMO_STREAM, i) for s in range(4) for i in range(1000)}
+    evaluation = {episode_seed(s, EVAL_STREAM, i) for s in range(4) for i in range(1000)}
+    assert len(demo) == len(evaluation) == 4000 and not demo & evaluation
+
+
+@pytest.mark.parametrize("kwargs, word", [({"n_episodes": 0}, "n_episodes"), ({"noise": -1}, "noise"),
+                                          ({"flip": 2}, "flip"), ({"split": "dev"}, "split")])
+def test_bad_settings_are_refused(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        record_demos(**{"n_episodes": 2, "seed": 0, **kwargs})

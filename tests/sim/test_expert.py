@@ -1,0 +1,97 @@
+"""The scripted expert: it always succeeds on unperturbed episodes, needs the instruction to, and acts
+sensibly in states off its own path."""
+import numpy as np
+
+from npformer.sim import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, expert_action, new_episode
+from npformer.sim.world import CONTAINER_NAMES, World
+
+
+def _finish(w: World, target=None) -> World:
+    """Run the expert (told ``target``, default the instruction's) to the episode's end, without rendering."""
+    while not w.over:
+        info = w.info()
+        if target is not None:
+            info["target"] = target
+        a = expert_action(info)
+        w.step(a["move"], a["gripper"])
+    return w
+
+
+def test_the_expert_wins_every_unperturbed_episode_of_1000():
+    steps, fails = [], []
+    for seed in range(1000):
+        w = _finish(new_episode(np.random.default_rng(seed), "train" if seed % 2 else "test"))
+        if not (w.success and w.ended):
+            fails.append(seed)
+        steps.append(w.steps)
+    assert fails == []
+    assert np.mean(steps) < 20                  # short episodes: about 14 steps
+
+
+def test_a_random_target_wins_at_most_half():
+    rng = np.random.default_rng(0)
+    wins = 0
+    for seed in range(1000):
+        w = new_episode(np.random.default_rng(seed))
+        fake = (list(w.blocks)[rng.integers(len(w.blocks))], list(w.containers)[rng.integers(len(w.containers))])
+        wins += _finish(w, fake).success
+    assert wins <= 500
+    assert wins >= 100                          # it does finish: a guess is right about a quarter of the time
+
+
+def _two_containers(n: int):
+    """Seeds of scenes with both containers and 3 or more blocks."""
+    seeds = []
+    for seed in range(10 * n):
+        w = new_episode(np.random.default_rng(seed))
+        if len(w.containers) == 2 and len(w.blocks) >= 3:
+            seeds.append(seed)
+        if len(seeds) == n:
+            return seeds
+    raise AssertionError("too few scenes")
+
+
+def test_off_path_states_recover():
+    for seed in _two_containers(40):
+        colour, container = new_episode(np.random.default_rng(seed)).target
+        other = next(c for c in new_episode(np.random.default_rng(seed)).blocks if c != colour)
+        wrong = next(k for k in CONTAINER_NAMES if k != container)
+
+        w = new_episode(np.random.default_rng(seed))            # holding the wrong block
+        w.held, w.closed, w.grasped = other, True, [other]
+        w.blocks[other] = w.gripper
+        assert expert_action(w.info())["gripper"] in (GRIPPER_OPEN, GRIPPER_CLOSE)
+        assert _finish(w).success, seed
+
+        w = new_episode(np.random.default_rng(seed))            # the target already in the wrong container
+        w.blocks[colour] = w.containers[wrong]
+        assert _finish(w).success, seed
+
+        w = new_episode(np.random.default_rng(seed))            # closed and empty
+        w.closed = True
+        assert expert_action(w.info())["gripper"] == GRIPPER_OPEN
+        assert _finish(w).success, seed
+
+        w = new_episode(np.random.default_rng(seed))            # the target held over the wrong container
+        w.gripper = w.containers[wrong]
+        w.held, w.closed, w.grasped = colour, True, [colour]
+        w.blocks[colour] = w.gripper
+        assert expert_action(w.info())["gripper"] == GRIPPER_CLOSE
+        assert _finish(w).success, seed
+
+        w = new_episode(np.random.default_rng(seed))            # already done
+        w.blocks[colour] = w.containers[container]
+        assert expert_action(w.info())["gripper"] == GRIPPER_DONE
+
+
+def test_the_expert_moves_straight_and_lands_on_its_goal():
+    w = new_episode(np.random.default_rng(0))
+    bx, by = w.blocks[w.target[0]]
+    w.gripper = (bx - 0.05, by + 0.03)
+    a = expert_action(w.info())
+    assert a["gripper"] == GRIPPER_CLOSE and a["move"].dtype == np.float32
+    np.testing.assert_allclose(a["move"], [0.05 / 0.08, -0.03 / 0.08], rtol=1e-6)
+    w.gripper = (bx - 0.4, by + 0.2)
+    a = expert_action(w.info())
+    assert a["gripper"] == GRIPPER_OPEN
+    np.testing.assert_allclose(a["move"], [1.0, -0.5], rtol=1e-6)
