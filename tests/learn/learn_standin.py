@@ -65,7 +65,7 @@ class Exercise:
         return Verdict("pass")
 
     def grade(self, fn) -> Verdict:
-        return self.judge(LocalTrials({self.name: fn}, catch=False))
+        return self.judge(LocalTrials(EXERCISES, {self.name: fn}, catch=False))
 
 
 def section_title(n: int) -> str:

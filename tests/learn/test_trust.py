@@ -14,6 +14,7 @@ import pytest
 from learn_standin import SOLUTIONS
 
 from npformer.learn import runner, wire
+from npformer.learn.exercises import EXERCISES
 from npformer.learn.trial import LocalTrials
 
 
@@ -95,7 +96,7 @@ def test_an_exception_comes_back_as_data_with_the_learners_frames(tmp_path):
     namespace: dict = {"np": np}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     with pytest.raises(wire.LearnerRaised) as raised:
-        list(LocalTrials({"softmax": namespace["softmax"]}).run("softmax"))
+        list(LocalTrials(EXERCISES, {"softmax": namespace["softmax"]}).run("softmax"))
     error = raised.value.error
     assert error.type == "ValueError" and "matmul" in error.message and not error.todo
     assert [(f.file, f.line, f.function, f.source) for f in error.frames] == [

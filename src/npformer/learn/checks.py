@@ -2,11 +2,11 @@
 
 An exercise is graded on a list of cases: fixed inputs whose expected outputs come from npformer's own
 verified ops in float64, never from the learner's function. The learner's function runs elsewhere
-(``trial.py``, in the grading child) on copies of the inputs and sends back plain data (``wire.Outcome``);
-the judging here reads only that data and checks, in this order, that no input was changed in place, that the result has the
-expected type, shape and dtype, and that its values match within the dtype's tolerance. When they do
-not, the learner's output is compared with the outputs of the known mistakes (the same input through a
-deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
+(``trial.py``, in the grading child) on copies of the inputs and sends back plain data
+(``wire.Outcome``); the judging here reads only that data and checks, in this order, that no input was
+changed in place, that the result is a plain ndarray of the expected shape and dtype, and that its
+values match within the dtype's tolerance. When they do not, the learner's output is compared with the
+outputs of the known mistakes (the same input through a deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
 An exercise built on earlier ones (multi-head attention on attention) may also say that the learner's
 output is the correct composition of the learner's own failing helpers (``Spec.built_on``).
 """

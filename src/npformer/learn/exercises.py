@@ -31,6 +31,7 @@ from ..ops import (
 from ..ops.attention import additive_mask
 from .checks import Case, Mistake, Spec, Verdict, as64, close, judge, make_case, section_title
 from .texts import CONTRACTS, SOLUTIONS
+from .trial import LocalTrials
 from .wire import ChannelBroken
 
 __all__ = ["EXERCISES", "Exercise", "Verdict", "section_title"]
@@ -69,10 +70,9 @@ class Exercise:
 
     def grade(self, fn) -> Verdict:
         """Grade ``fn`` on every case, in this process; exceptions ``fn`` raises propagate unchanged."""
-        from .trial import LocalTrials
         if not callable(fn):
             raise TypeError(f"fn must be a function, got {type(fn).__name__}")
-        return self.judge(LocalTrials({self.name: fn}, catch=False))
+        return self.judge(LocalTrials(EXERCISES, {self.name: fn}, catch=False))
 
 
 @functools.cache

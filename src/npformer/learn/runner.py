@@ -328,6 +328,7 @@ def _child(conn, source) -> None:
         conn.send_bytes(encode({"kind": "load-error", "error": error_record(e, source[1])}))
         return
     conn.send_bytes(encode({"kind": "ready"}))
+    from .exercises import EXERCISES
     while True:
         try:
             request = decode(conn.recv_bytes())
@@ -336,10 +337,10 @@ def _child(conn, source) -> None:
         nonce, buffer = request["nonce"], io.StringIO()
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             if request["do"] == "run":
-                for record in records(functions, request["exercise"], request["helper"]):
+                for record in records(EXERCISES, functions, request["exercise"], request["helper"]):
                     conn.send_bytes(encode({**record, "nonce": nonce}))
             else:
-                record = composed(functions, request["exercise"], request["index"], request["theirs"])
+                record = composed(EXERCISES, functions, request["exercise"], request["index"], request["theirs"])
                 conn.send_bytes(encode({**record, "nonce": nonce}))
         conn.send_bytes(encode({"kind": "end", "nonce": nonce, "output": _printed(buffer.getvalue())}))
 
@@ -368,7 +369,8 @@ class _CapturedTrials(LocalTrials):
 
 
 def _grade_here(name: str, functions: dict) -> Row:
-    trials = _CapturedTrials(functions, catch=True)
+    from .exercises import EXERCISES
+    trials = _CapturedTrials(EXERCISES, functions, catch=True)
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
         row, _ = _grade_one(name, trials)

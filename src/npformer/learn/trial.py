@@ -71,11 +71,11 @@ def _target(functions: dict, exercise: str, helper: str | None):
     return fn
 
 
-def records(functions: dict, exercise: str, helper: str | None = None, catch: bool = True) -> Iterator[dict]:
-    """One record per case of ``helper or exercise`` (see the module's docstring); with ``catch`` False the
-    learner's exceptions propagate instead of becoming a "raised" record."""
-    from .exercises import EXERCISES
-    ex = EXERCISES[helper or exercise]
+def records(table, functions: dict, exercise: str, helper: str | None = None,
+            catch: bool = True) -> Iterator[dict]:
+    """One record per case of ``table[helper or exercise]`` (``table``: the exercises by name; see the module's
+    docstring); with ``catch`` False the learner's exceptions propagate instead of becoming a "raised" record."""
+    ex = table[helper or exercise]
     fn = _target(functions, exercise, helper)
     if not callable(fn):
         yield {"kind": "missing"}
@@ -94,12 +94,12 @@ def records(functions: dict, exercise: str, helper: str | None = None, catch: bo
         yield {**record, "index": index}
 
 
-def composed(functions: dict, exercise: str, index: int, theirs: list, catch: bool = True) -> dict:
+def composed(table, functions: dict, exercise: str, index: int, theirs: list, catch: bool = True) -> dict:
     """A "built" record: the correct composition of case ``index`` of ``exercise`` on the learner's helpers
     named in ``theirs`` (``exercises.BuiltOn``); a "raised" record when it raises."""
-    from .exercises import EXERCISES
     try:
-        return {"kind": "built", "result": describe(EXERCISES[exercise].compose(functions.get(exercise), index, theirs))}
+        built = table[exercise].compose(functions.get(exercise), index, theirs)
+        return {"kind": "built", "result": describe(built)}
     except KeyboardInterrupt:
         raise
     except BaseException as e:                      # noqa: B036
@@ -113,7 +113,8 @@ def error_record(e: BaseException, entry=None) -> dict:
     ``entry`` (the learner's function's code, or the workbook's file name) on, less any inside npformer's
     and NumPy's folders, each with its line and its array arguments."""
     tb = list(traceback.walk_tb(e.__traceback__))
-    start = next((i for i, (frame, _) in enumerate(tb) if frame.f_code is entry or frame.f_code.co_filename == entry), 0)
+    start = next((i for i, (frame, _) in enumerate(tb)
+                  if frame.f_code is entry or frame.f_code.co_filename == entry), 0)
     kept = [(frame, line) for frame, line in tb[start:] if not _is_grader(frame.f_code.co_filename)]
     omitted = max(0, len(kept) - MAX_FRAMES)
     if omitted:
@@ -124,7 +125,9 @@ def error_record(e: BaseException, entry=None) -> dict:
         frames.append({"file": frame.f_code.co_filename, "line": int(line or 0), "function": frame.f_code.co_name,
                        "source": (summary.line or "")[:1000], "arguments": _array_arguments(frame)})
     kind = type(e)
-    name = kind.__qualname__ if kind.__module__ in ("__main__", "builtins") else f"{kind.__module__}.{kind.__qualname__}"
+    name = kind.__qualname__
+    if kind.__module__ not in ("__main__", "builtins"):
+        name = f"{kind.__module__}.{name}"
     try:
         message = str(e)
     except Exception:                               # a learner's __str__ may raise too
@@ -160,18 +163,19 @@ def _is_grader(filename: str) -> bool:
 
 
 class LocalTrials:
-    """The learner's functions run in this process, their records read as the parent reads the child's.
-    With ``catch`` False (``Exercise.grade``) the learner's exceptions propagate unchanged."""
+    """The learner's functions run in this process on the cases of ``table`` (the exercises by name), their
+    records read as the parent reads the child's. With ``catch`` False (``Exercise.grade``) the learner's
+    exceptions propagate unchanged."""
 
-    def __init__(self, functions: dict, catch: bool = True):
-        self.functions, self.catch = functions, catch
+    def __init__(self, table, functions: dict, catch: bool = True):
+        self.table, self.functions, self.catch = table, functions, catch
 
     def run(self, exercise: str, helper: str | None = None):
-        for record in records(self.functions, exercise, helper, self.catch):
+        for record in records(self.table, self.functions, exercise, helper, self.catch):
             yield read_case(record)
 
     def compose(self, exercise: str, index: int, theirs: list):
-        return read_built(composed(self.functions, exercise, index, theirs, self.catch))
+        return read_built(composed(self.table, self.functions, exercise, index, theirs, self.catch))
 
 
 def read_case(record: dict):

@@ -216,7 +216,7 @@ def parse_item(x, depth: int = 0) -> Item:
     _need(type(is_array) is bool and type(exact) is bool, "an output whose kind is not said")
     data = x.get("data")
     _need(data is None or isinstance(data, np.ndarray), "an output whose data is not an array")
-    dtype, shape = "", ()
+    dtype, shape = "", tuple[int, ...]()
     if is_array:
         dtype, shape = _text(x.get("dtype"), "dtype"), _shape(x.get("shape"), "shape")
         _need(data is None or (data.dtype.name == dtype and data.shape == shape), "data unlike its dtype and shape")
@@ -232,7 +232,8 @@ def parse_item(x, depth: int = 0) -> Item:
 
 def parse_case(record: dict) -> Outcome:
     inputs = record.get("inputs")
-    _need(isinstance(inputs, list) and len(inputs) <= 32, "inputs that are not listed")
+    if not isinstance(inputs, list) or len(inputs) > 32:
+        raise Garbled("a record with inputs that are not listed")
     after = []
     for arrays in inputs:
         _need(isinstance(arrays, list), "inputs that are not listed")
