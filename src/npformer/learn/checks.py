@@ -6,7 +6,8 @@ verified ops in float64, never from the learner's function. The learner's functi
 (``wire.Outcome``); the judging here reads only that data and checks, in this order, that no input was
 changed in place, that the result is a plain ndarray of the expected shape and dtype, and that its
 values match within the dtype's tolerance. When they do not, the learner's output is compared with the
-outputs of the known mistakes (the same input through a deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
+outputs of the known mistakes (the same input through a deliberately wrong variant of the op), so a diagnosis
+names a mistake only when the numbers show it.
 An exercise built on earlier ones (multi-head attention on attention) may also say that the learner's
 output is the correct composition of the learner's own failing helpers (``Spec.built_on``).
 """
