@@ -1,6 +1,7 @@
 """A stand-in for ``npformer.learn.exercises``: five exercises with the real interface (``EXERCISES``,
-``Exercise.grade(fn) -> Verdict``, ``section_title``) and a deliberately simple grading, so that the
-runner, the report, the workbook and the command line are tested apart from the real grader.
+``Exercise.cases()``, ``Exercise.judge(trials) -> Verdict``, ``Exercise.grade(fn)``, ``section_title``) and a
+deliberately simple judging, so that the runner, the report, the workbook and the command line are tested
+apart from the real grader.
 
 ``installed(monkeypatch)`` puts it in place of the real module for one test; a forked child inherits it.
 """
@@ -14,6 +15,7 @@ import numpy as np
 
 import npformer.learn
 from npformer.learn.checks import Verdict
+from npformer.learn.trial import LocalTrials
 from npformer.lesson import SECTIONS
 from npformer.nn import merge_heads, split_heads
 from npformer.ops import causal_mask, layernorm_forward, softmax_forward
@@ -30,6 +32,11 @@ CASES = {   # name -> (section, signature, arguments, the expected result's func
 
 
 @dataclass(frozen=True)
+class Case:
+    args: tuple
+
+
+@dataclass(frozen=True)
 class Exercise:
     name: str
     signature: str
@@ -39,19 +46,26 @@ class Exercise:
     stub: str
     solution: str
 
-    def grade(self, fn) -> Verdict:
+    def cases(self) -> tuple[Case, ...]:
+        return (Case(CASES[self.name][2]),)
+
+    def judge(self, trials) -> Verdict:
         _, _, args, expected = CASES[self.name]
         want = expected(*args)
-        got = fn(*args)
-        if not isinstance(got, np.ndarray) or got.shape != want.shape:
-            return Verdict("fail", f"{self.name} returned {type(got).__name__}, expected an array of shape "
-                                   f"{want.shape}\n(lesson section {self.section}: {section_title(self.section)})")
-        if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
-            return Verdict("fail", f"input {args[0].shape if hasattr(args[0], 'shape') else args[0]}\n"
-                                   f"got {got.ravel()[:3]}, expected {want.ravel()[:3]}\n"
-                                   f"the numbers are wrong (lesson section {self.section}: "
-                                   f"{section_title(self.section)})")
+        for outcome in trials.run(self.name):
+            got = outcome.result
+            if not got.is_array or got.shape != want.shape:
+                return Verdict("fail", f"{self.name} returned {got.type}, expected an array of shape "
+                                       f"{want.shape}\n(lesson section {self.section}: {section_title(self.section)})")
+            if not np.allclose(got.data, want, rtol=1e-9, atol=1e-12):
+                return Verdict("fail", f"input {args[0].shape if hasattr(args[0], 'shape') else args[0]}\n"
+                                       f"got {got.data.ravel()[:3]}, expected {want.ravel()[:3]}\n"
+                                       f"the numbers are wrong (lesson section {self.section}: "
+                                       f"{section_title(self.section)})")
         return Verdict("pass")
+
+    def grade(self, fn) -> Verdict:
+        return self.judge(LocalTrials(EXERCISES, {self.name: fn}, catch=False))
 
 
 def section_title(n: int) -> str:

@@ -150,6 +150,10 @@ NPFORMER = {
 
 
 def test_npformers_own_functions_pass():
+    """This tests the wiring: the cases' expected values come from these same ops, so it shows that each
+    exercise's cases, signatures and tolerances fit npformer's functions, not that the expected values are
+    right. The independent check is the hand-written solutions (test_correct_solutions_in_three_styles_pass,
+    right_solutions.py), written without npformer."""
     for name, ex in EXERCISES.items():
         verdict = ex.grade(NPFORMER[name])
         assert verdict == Verdict("pass", ""), f"{name}: {verdict.message}"

@@ -226,6 +226,9 @@ def test_the_stubs_as_written_give_todo_for_every_exercise(tmp_path):
 
 
 def test_npformers_own_functions_pass_every_exercise():
+    """This tests the wiring, through a workbook file and the grading child: the expected values come from
+    these same ops, so agreement here says nothing about their being right. The hand-written solutions
+    (right_solutions.py, graded in test_exercises.py) are the independent check."""
     from npformer.learn.exercises import EXERCISES
     report = runner.grade_file(HERE / "npformer_wrapped.py")
     assert [(r.name, r.status, r.message) for r in report.rows] == [(n, "pass", "") for n in EXERCISES]

@@ -23,7 +23,8 @@ def add_arguments(p) -> None:
                                       "DIR/lesson.ipynb.")
     init.add_argument("dir", metavar="DIR")
     init.add_argument("--force", action="store_true",
-                      help="overwrite an existing DIR/transformer.py (and lesson.ipynb) after keeping a .bak copy")
+                      help="overwrite an existing DIR/transformer.py, README.md (and lesson.ipynb) after keeping "
+                           "each as a .bak")
     init.add_argument("--notebook", action="store_true",
                       help="also write DIR/lesson.ipynb: the exercises as Jupyter cells, each followed by a check")
     check = sub.add_parser("check", help="grade the workbook's exercises, every one or those named",
@@ -52,10 +53,13 @@ def run(args) -> int:
 
 
 def _init(args) -> int:
-    from ..learn.workbook import NOTEBOOK, WORKBOOK, init
+    from ..learn.workbook import NOTEBOOK, README, WORKBOOK, init
     written = init(args.dir, force=args.force, notebook=args.notebook)
     for path in written:
         print(f"wrote {path}")
+    readme = Path(args.dir) / README
+    if readme not in written:
+        print(f"kept {readme} as it was (--force replaces it after keeping a .bak)")
     print(f"next: fill in {Path(args.dir) / WORKBOOK}, then run: npformer learn check {args.dir}")
     if args.notebook:
         print(f"or open {Path(args.dir) / NOTEBOOK} in Jupyter and run its check cells")

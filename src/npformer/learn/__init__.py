@@ -21,7 +21,9 @@ def check(name: str, fn, *, timeout: float = 10.0) -> Report:
     """Grade ``fn`` as the exercise ``name`` (e.g. "attention") and return the report.
 
     It runs in a forked child with a time limit of ``timeout`` seconds, where the platform can fork;
-    elsewhere in this process with the same checks, and the report says so.
+    elsewhere in this process with the same checks, and the report says so. The child sends back plain
+    data and this process judges it; since this process is the caller's (a notebook's kernel), code
+    there that changes NumPy or npformer changes the grader too: docs/learn.md says what holds where.
     """
     from .runner import exercise_names, grade_functions
     if not isinstance(name, str):

@@ -1,23 +1,25 @@
 """The grader's machinery, shared by every exercise of ``exercises.py``.
 
 An exercise is graded on a list of cases: fixed inputs whose expected outputs come from npformer's own
-verified ops in float64, never from the learner's function. Each case is run on copies of its inputs;
-the grader then checks, in this order, that no input was changed in place, that the result has the
-expected type, shape and dtype, and that its values match within the dtype's tolerance. When they do
-not, the learner's output is compared with the outputs of the known mistakes (the same input through a
-deliberately wrong variant of the op), so a diagnosis names a mistake only when the numbers show it.
+verified ops in float64, never from the learner's function. The learner's function runs elsewhere
+(``trial.py``, in the grading child) on copies of the inputs and sends back plain data
+(``wire.Outcome``); the judging here reads only that data and checks, in this order, that no input was
+changed in place, that the result is a plain ndarray of the expected shape and dtype, and that its
+values match within the dtype's tolerance. When they do not, the learner's output is compared with the
+outputs of the known mistakes (the same input through a deliberately wrong variant of the op), so a diagnosis
+names a mistake only when the numbers show it.
 An exercise built on earlier ones (multi-head attention on attention) may also say that the learner's
 output is the correct composition of the learner's own failing helpers (``Spec.built_on``).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from ..lesson import SECTIONS
+from .wire import Garbled, Item, Outcome
 
 # rtol, atol per dtype, as the issue fixes them
 TOLERANCES = {np.dtype(np.float64): (1e-9, 1e-12), np.dtype(np.float32): (1e-5, 1e-6)}
@@ -73,9 +75,9 @@ class Spec:
     """How to grade one exercise: the names of its arguments and of its outputs (one name: a bare
     array; several: a tuple in that order), its cases for a dtype, its known mistakes, the lesson
     section of a generic diagnosis, and for the backward exercises ``fd(case, output, index)``, the
-    central finite difference of that output's entry. ``built_on(fn, got, case)``, for an exercise whose
-    code calls earlier exercises, returns (sentence, section) when ``got`` is explained by the learner's own
-    failing helpers, else None; it is asked after the known mistakes."""
+    central finite difference of that output's entry. ``built_on``, for an exercise whose code calls
+    earlier exercises, is an ``exercises.BuiltOn``: it says (sentence, section) when the learner's output is
+    explained by the learner's own failing helpers; it is asked after the known mistakes."""
     arg_names: tuple[str, ...]
     outputs: tuple[str, ...]
     cases: Callable[[np.dtype | None], list[Case]]
@@ -84,7 +86,7 @@ class Spec:
     dtypes: tuple = (np.float64, np.float32)
     beyond: bool = False
     fd: Callable[[Case, str, tuple], float] | None = None
-    built_on: Callable[[Callable, dict, Case], tuple[str, int] | None] | None = None
+    built_on: Any = None
 
 
 def as64(args):
@@ -143,15 +145,16 @@ def describe(spec: Spec, case: Case) -> str:
     return text + (f"; {case.note}" if case.note else "")
 
 
-def _changed(before, after, name: str):
-    """The first array of argument ``name`` that differs after the call: (printed name, index, old, new)."""
-    old_arrays, new_arrays = dict(_arrays(name, before)), dict(_arrays(name, after))
-    odd = sorted(old_arrays.keys() ^ new_arrays.keys())               # an entry added, removed or replaced
+def _changed(before, after: dict, name: str):
+    """The first array of argument ``name`` that differs after the call: (printed name, index, old, new).
+    ``after`` holds the argument's arrays after the call, by printed name, as the child sent them."""
+    old_arrays = dict(_arrays(name, before))
+    odd = sorted(old_arrays.keys() ^ after.keys())                    # an entry added, removed or replaced
     if odd:
         return odd[0], (), None, None
     for label, old in old_arrays.items():
-        new = new_arrays[label]
-        if old.shape != new.shape or old.dtype != new.dtype:
+        new = after[label].data
+        if new is None or not after[label].exact or new.shape != old.shape or new.dtype != old.dtype:
             return label, (), None, None
         diff = ~((old == new) | (np.isnan(old) & np.isnan(new)) if old.dtype.kind == "f" else (old == new))
         if diff.any():
@@ -160,39 +163,44 @@ def _changed(before, after, name: str):
     return None
 
 
-def _type_name(x) -> str:
-    if isinstance(x, np.ndarray):
-        return f"a {x.dtype.name} array of shape {x.shape}"
-    if isinstance(x, tuple):
-        return f"a tuple of {len(x)} items"
-    return f"a {type(x).__name__}"
+def _type_name(x: Item) -> str:
+    if x.is_array:
+        return f"a {x.dtype} array of shape {x.shape}"
+    if x.items is not None:
+        return f"a tuple of {x.length} items"
+    return f"a {x.type}"
 
 
-def _unpack(spec: Spec, result, case: Case) -> tuple[dict | None, str]:
+def _unpack(spec: Spec, result: Item, case: Case) -> tuple[dict | None, str]:
     """The outputs by name, or None and a plain sentence saying what is wrong with the result's type."""
     want = ", ".join(spec.outputs)
     if len(spec.outputs) == 1:
-        items = (result,)
-    elif not isinstance(result, tuple):
+        items: tuple = (result,)
+    elif result.items is None:
         return None, f"It returned {_type_name(result)}, expected a tuple ({want})"
-    elif len(result) != len(spec.outputs):
-        return None, f"It returned a tuple of {len(result)} items, expected {len(spec.outputs)}: ({want})"
+    elif result.length != len(spec.outputs):
+        return None, f"It returned a tuple of {result.length} items, expected {len(spec.outputs)}: ({want})"
     else:
-        items = result
+        items = result.items
     got = {}
     for name, item in zip(spec.outputs, items, strict=True):
         shape = case.expected[name].shape
-        if not isinstance(item, np.ndarray):
+        if not item.is_array:
             return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}"
+        if not item.exact:
+            return None, (f"{name} is of type {item.type}, a subclass of np.ndarray, expected a plain NumPy "
+                          f"array (np.asarray(...) gives one)")
         if item.shape != shape:
             return None, f"{name} has shape {item.shape}, expected {shape}"
-        if case.dtype is None and item.dtype not in TOLERANCES:
-            return None, f"{name} is {item.dtype.name}, expected float32 or float64"
-        if case.dtype is not None and item.dtype != case.dtype:
+        if case.dtype is None and item.dtype not in ("float32", "float64"):
+            return None, f"{name} is {item.dtype}, expected float32 or float64"
+        if case.dtype is not None and item.dtype != case.dtype.name:
             why = ("a float64 scalar such as np.sqrt(d) turns float32 arrays into float64: use math.sqrt "
                    "or cast back with .astype(x.dtype)") if case.dtype == np.float32 else ""
-            return None, f"{name} is {item.dtype.name}, expected {case.dtype.name}" + (f" ({why})" if why else "")
-        got[name] = item
+            return None, f"{name} is {item.dtype}, expected {case.dtype.name}" + (f" ({why})" if why else "")
+        if item.data is None:
+            raise Garbled(f"{name} without its data")
+        got[name] = item.data
     return got, ""
 
 
@@ -219,12 +227,13 @@ def _fail(*lines: str) -> Verdict:
     return Verdict("fail", "\n".join(lines))
 
 
-def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
-    """None when ``fn`` gets this case right, else the failing verdict. ``fn``'s exceptions propagate."""
-    given = copy.deepcopy(case.args)
-    result = fn(*given)
+def judge_case(spec: Spec, case: Case, outcome: Outcome, explain: Callable | None = None) -> Verdict | None:
+    """None when the learner's ``outcome`` of this case is right, else the failing verdict. ``explain(got)``
+    may name the learner's failing helpers (``Spec.built_on``)."""
     where = describe(spec, case)
-    for name, before, after in zip(spec.arg_names, case.args, given, strict=False):
+    if len(outcome.inputs) != min(len(spec.arg_names), len(case.args)):
+        raise Garbled("a count of inputs unlike the case's")
+    for name, before, after in zip(spec.arg_names, case.args, outcome.inputs, strict=False):
         change = _changed(before, after, name)
         if change:
             label, index, old, new = change
@@ -233,7 +242,7 @@ def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
             return _fail(where, what,
                          f"It writes into its input {label} (an in-place update such as -=, *= or [...] =): work on "
                          f"a new array, the caller's arrays must not change {pointer(spec.section, spec.beyond)}")
-    got, wrong_type = _unpack(spec, result, case)
+    got, wrong_type = _unpack(spec, outcome.result, case)
     if got is None:
         want = spec.outputs[0] if len(spec.outputs) == 1 else "(" + ", ".join(spec.outputs) + ")"
         return _fail(where, wrong_type, f"Return exactly what the contract says: {want}, NumPy arrays of the "
@@ -262,7 +271,7 @@ def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
             wrong = mistake.wrong(*args64)
             if all(close(got[n], w, tol_dtype) for n, w in wrong.items()):
                 return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
-    found = spec.built_on(fn, got, case) if spec.built_on is not None else None
+    found = explain(got) if explain is not None else None
     if found is not None:
         text, section = found
         return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
@@ -274,15 +283,15 @@ def grade_case(spec: Spec, fn: Callable, case: Case) -> Verdict | None:
     return _fail(where, value, f"{generic} {pointer(spec.section, spec.beyond)}")
 
 
-def grade(spec: Spec, fn: Callable) -> Verdict:
-    """Every case of every dtype in order; the first failure is the verdict."""
-    if not callable(fn):
-        raise TypeError(f"fn must be a function, got {type(fn).__name__}")
-    for dtype in spec.dtypes:
-        for case in spec.cases(np.dtype(dtype) if dtype is not None else None):
-            verdict = grade_case(spec, fn, case)
-            if verdict is not None:
-                return verdict
+def judge(spec: Spec, cases, outcomes, explain: Callable | None = None) -> Verdict:
+    """The verdict on the learner's ``outcomes`` of ``cases``, in order: the first failure, or pass.
+    ``explain(index, case, got)`` may name failing helpers. An exception the learner's code raised reaches
+    the caller from ``outcomes`` (``wire.LearnerRaised`` when it came as data)."""
+    for index, (case, outcome) in enumerate(zip(cases, outcomes, strict=True)):
+        verdict = judge_case(spec, case, outcome,
+                             None if explain is None else (lambda got, i=index, c=case: explain(i, c, got)))
+        if verdict is not None:
+            return verdict
     return Verdict("pass")
 
 
@@ -291,4 +300,6 @@ def make_case(spec_reference: Callable, args: tuple, dtype, note: str = "", tags
     ``spec_reference(*args)`` computed in float64 from exactly those inputs."""
     args = tuple(cast(a, dtype) for a in args) if dtype is not None else tuple(args)
     expected = spec_reference(*as64(args))
+    if any(e.dtype not in (np.float64, bool) for e in expected.values()):
+        raise TypeError("a reference must be float64 (or bool): the grader grades against float64")
     return Case(args, expected, np.dtype(dtype) if dtype is not None else None, note, frozenset(tags), extra or {})

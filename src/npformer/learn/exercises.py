@@ -10,6 +10,7 @@ D = E / H head size, Dv value size, F feed-forward width.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -28,8 +29,10 @@ from ..ops import (
     softmax_forward,
 )
 from ..ops.attention import additive_mask
-from .checks import Mistake, Spec, Verdict, as64, close, grade, make_case, section_title
+from .checks import Case, Mistake, Spec, Verdict, as64, close, judge, make_case, section_title
 from .texts import CONTRACTS, SOLUTIONS
+from .trial import LocalTrials
+from .wire import ChannelBroken
 
 __all__ = ["EXERCISES", "Exercise", "Verdict", "section_title"]
 
@@ -37,7 +40,9 @@ __all__ = ["EXERCISES", "Exercise", "Verdict", "section_title"]
 @dataclass(frozen=True)
 class Exercise:
     """One exercise: its function's name and signature, the lesson section it practises, the stub's
-    contract and hint, the stub's and the reference solution's source, and ``grade(fn) -> Verdict``."""
+    contract and hint, the stub's and the reference solution's source, and its grading: ``cases()`` (run by
+    the learner's code, ``trial.py``), ``judge(trials)`` (the verdict on what they gave, ``checks.py``) and
+    ``grade(fn)``, both in this process."""
     name: str
     signature: str
     section: int
@@ -47,9 +52,33 @@ class Exercise:
     solution: str
     spec: Spec = field(repr=False, compare=False)
 
+    def cases(self) -> tuple[Case, ...]:
+        """Every case of every dtype, in grading order (built once per process)."""
+        return _cases(self.name)
+
+    def judge(self, trials) -> Verdict:
+        """The verdict on ``trials.run(name)``'s outcomes; ``trials`` also runs the helpers of ``built_on``."""
+        explain = None
+        if self.spec.built_on is not None:
+            built_on = self.spec.built_on
+            explain = lambda index, case, got: built_on.explain(trials, self.name, index, case, got)  # noqa: E731
+        return judge(self.spec, self.cases(), trials.run(self.name), explain)
+
+    def compose(self, fn, index: int, theirs) -> np.ndarray:
+        """The correct composition of case ``index`` on ``fn``'s helpers named in ``theirs`` (in the child)."""
+        return self.spec.built_on.compose(fn, theirs, self.cases()[index])
+
     def grade(self, fn) -> Verdict:
-        """Grade ``fn`` on every case; exceptions ``fn`` raises propagate unchanged."""
-        return grade(self.spec, fn)
+        """Grade ``fn`` on every case, in this process; exceptions ``fn`` raises propagate unchanged."""
+        if not callable(fn):
+            raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+        return self.judge(LocalTrials(EXERCISES, {self.name: fn}, catch=False))
+
+
+@functools.cache
+def _cases(name: str) -> tuple[Case, ...]:
+    spec = EXERCISES[name].spec
+    return tuple(c for dtype in spec.dtypes for c in spec.cases(np.dtype(dtype) if dtype is not None else None))
 
 
 def _stub(signature: str, contract: str, hint: str) -> str:
@@ -156,37 +185,46 @@ class BuiltOn:
     """For an exercise whose code calls earlier exercises (``uses``): when the learner's output is what the
     correct ``build(helpers, *args)`` gives with the learner's own failing helpers in place of the correct
     ones, say that the fault is in those helpers. The learner's helpers are the functions of those names
-    next to theirs (the workbook's module, or the notebook's namespace)."""
+    next to theirs (the workbook's module, or the notebook's namespace). ``explain`` runs in the parent and
+    asks ``trials`` to run the helpers and the composition; ``compose`` is what the child runs for it."""
     what: str
     uses: tuple[str, ...]
     build: Callable
 
-    def __call__(self, fn, got, case):
-        theirs = getattr(fn, "__globals__", None) or {}
-        failing = [n for n in self.uses if callable(theirs.get(n)) and _fails_its_check(n, theirs[n])]
+    def explain(self, trials, exercise: str, index: int, case: Case, got: dict) -> tuple[str, int] | None:
+        failing = [n for n in self.uses if _fails_its_check(trials, exercise, n)]
         if not failing:
             return None
-        helpers = {n: theirs[n] if n in failing else _CORRECT_HELPERS[n] for n in self.uses}
         try:
-            with np.errstate(all="ignore"):
-                built = self.build(helpers, *copy.deepcopy(case.args))
+            built = trials.compose(exercise, index, failing)
+        except ChannelBroken:
+            raise
         except Exception:                   # their helper cannot even run here: nothing to claim
             return None
         (name,) = got
-        if not (isinstance(built, np.ndarray) and built.shape == got[name].shape
-                and close(got[name], built.astype(np.float64), case.dtype)):
+        if not (built.is_array and built.exact and built.data is not None and built.data.dtype.kind == "f"
+                and built.shape == got[name].shape and close(got[name], built.data.astype(np.float64), case.dtype)):
             return None
         names = " and ".join(failing)
         which = "which fails its own check" if len(failing) == 1 else "which fail their own checks"
         return (f"This matches a correct {self.what} built on your {names}, {which}: fix {names} first",
                 EXERCISES[failing[0]].section)
 
+    def compose(self, fn, theirs, case: Case) -> np.ndarray:
+        mine = getattr(fn, "__globals__", None) or {}
+        helpers = {n: mine[n] if n in theirs else _CORRECT_HELPERS[n] for n in self.uses}
+        with np.errstate(all="ignore"):
+            return self.build(helpers, *copy.deepcopy(case.args))
 
-def _fails_its_check(name: str, fn) -> bool:
-    """Whether ``fn`` fails exercise ``name``'s own check (an exception counts as not failing: it is no
-    wrong number to explain)."""
+
+def _fails_its_check(trials, exercise: str, helper: str) -> bool:
+    """Whether the learner's ``helper`` (next to their ``exercise``) fails that exercise's own check (an
+    exception counts as not failing: it is no wrong number to explain)."""
+    spec = EXERCISES[helper]
     try:
-        return EXERCISES[name].grade(fn).status == "fail"
+        return judge(spec.spec, spec.cases(), trials.run(exercise, helper)).status == "fail"
+    except ChannelBroken:
+        raise
     except Exception:
         return False
 

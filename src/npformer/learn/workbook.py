@@ -4,11 +4,14 @@ lesson's order (each raising NotImplementedError, its docstring the contract and
 same exercises as notebook cells, each followed by a ``check(...)`` cell (``notebook.py``).
 
 An existing ``transformer.py`` (or, when asked for, ``lesson.ipynb``) is someone's work: it is refused,
-or with ``force`` kept first as a ``.bak`` copy. A README.md that differs from the one written here is kept
-the same way.
+or with ``force`` kept first as a ``.bak``. A README.md that differs from the one written here (or is a
+link) is left as it is, or with ``force`` kept as a ``.bak`` the same way. A ``.bak`` is the original
+itself under a new name (a hard link, or a rename where the file system has none): a link stays a link,
+never a copy of what it points to, and a file keeps its permission bits.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ..files import atomic_write_bytes, writing
@@ -79,8 +82,9 @@ def init(dir, force: bool = False, notebook: bool = False) -> list[Path]:
     returns the files written, backups included.
 
     Refuses a DIR that already holds a transformer.py (or, with ``notebook``, a lesson.ipynb) unless
-    ``force``, which first keeps it as a ``.bak`` copy (``transformer.py.bak``, or ``transformer.py.1.bak``,
-    ... when that name is taken). Nothing is written when it refuses.
+    ``force``, which first keeps it as a ``.bak`` (``transformer.py.bak``, or ``transformer.py.1.bak``,
+    ... when that name is taken). Nothing is written when it refuses. Without ``force`` an existing
+    README.md of other text, or a link, is left as it is (and not in the list).
     """
     dir = Path(dir)
     if dir.exists() and not dir.is_dir():
@@ -96,7 +100,9 @@ def init(dir, force: bool = False, notebook: bool = False) -> list[Path]:
         dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path, data in files:
-        if path.is_file() and path.read_bytes() != data:
+        if path.is_symlink() or (path.exists() and (not path.is_file() or path.read_bytes() != data)):
+            if not force:                       # only README.md gets here: the others were refused above
+                continue
             written.append(_backup(path))
         atomic_write_bytes(path, data)
         written.append(path)
@@ -104,12 +110,19 @@ def init(dir, force: bool = False, notebook: bool = False) -> list[Path]:
 
 
 def _backup(path: Path) -> Path:
-    """Copy ``path`` to the first free name of NAME.bak, NAME.1.bak, NAME.2.bak, ..."""
+    """Keep ``path`` itself under the first free name of NAME.bak, NAME.1.bak, NAME.2.bak, ...: a hard link to
+    it (a link to a link stays a link), or where the file system has none, the original renamed."""
     n = 0
     while True:
         bak = path.with_name(f"{path.name}.bak" if n == 0 else f"{path.name}.{n}.bak")
         if not bak.exists() and not bak.is_symlink():
-            break
+            with writing(bak):
+                try:
+                    os.link(path, bak, follow_symlinks=False)
+                    return bak
+                except FileExistsError:         # taken since: try the next name
+                    pass
+                except (OSError, NotImplementedError):
+                    os.rename(path, bak)
+                    return bak
         n += 1
-    atomic_write_bytes(bak, path.read_bytes())
-    return bak
