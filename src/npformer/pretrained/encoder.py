@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..settings import read_json, reading
+from ..settings import FileFormatError, read_json, reading
 from .bert import BertModel, load_bert
 from .hf import model_type, safetensors_file
 from .parallel import default_threads, map_threads
@@ -97,11 +97,17 @@ def _max_length(path: Path, st_cfg: dict, limit: int) -> int:
 
 
 def _tokenizer(path: Path, model: BertModel, max_length: int) -> WordPieceTokenizer:
-    """DIR/tokenizer.json, cutting texts at ``max_length`` pieces, with no more pieces than the model's table."""
-    tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_length)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"{path / 'tokenizer.json'} has {tokenizer.vocab_size:,} word pieces, more than "
-                         f"the {model.config.vocab_size:,} rows of the model's table (config.json's vocab_size)")
+    """DIR/tokenizer.json, cutting texts at ``max_length`` pieces, with no more pieces than the model's table
+    and every id it can give (the special tokens' included) a row of that table."""
+    file = path / "tokenizer.json"
+    tokenizer = WordPieceTokenizer(file, max_length)
+    rows = model.config.vocab_size
+    if tokenizer.vocab_size > rows:
+        raise FileFormatError(f"{file} has {tokenizer.vocab_size:,} word pieces, more than "
+                              f"the {rows:,} rows of the model's table (config.json's vocab_size)")
+    if tokenizer.max_id >= rows:
+        raise FileFormatError(f"{file} gives id {tokenizer.max_id:,}, outside the model's vocabulary of {rows:,} "
+                              "(config.json's vocab_size): tokenizer and weights do not belong together")
     return tokenizer
 
 
