@@ -53,8 +53,12 @@ def _stderr_held():
         f = _stderr_file
         f.seek(0)
         f.truncate()
-        saved = os.dup(2)
         discard: list[bool] = []
+        try:
+            saved = os.dup(2)
+        except OSError:                                                  # no stderr to borrow: nothing to hold back
+            yield discard
+            return
         try:
             os.dup2(f.fileno(), 2)
             yield discard
