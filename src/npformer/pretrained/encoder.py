@@ -279,15 +279,16 @@ class SentenceEncoder:
             return emb
 
         n, results = self._run(texts, batch_size, threads, embed)
+        copies = np.ones(n, dtype=np.int64) if inverse is None else np.bincount(inverse)  # (U,) inputs per text
         bar = None
         if progress:
             from ..progress import progress_display
-            bar = progress_display(n, "embedding", "sentence")
+            bar = progress_display(int(copies.sum()), "embedding", "sentence")
         out = np.empty((n, self.dim), dtype=np.float32)                     # (U, dim), one row per distinct text
         for idx, emb in results:
             out[idx] = emb
             if bar is not None:
-                bar.update(len(idx))
+                bar.update(int(copies[idx].sum()))
         if bar is not None:
             bar.close()
         return out if inverse is None else out[inverse]                    # (N, dim)
