@@ -28,7 +28,7 @@ def test_equal_texts_get_equal_bits_wherever_they_stand(encoder):
     where = (0, 13, 31, 50, 63)
     for i in where:
         texts[i] = TEXT
-    for threads in (1, 2, 3):                                           # pieces of a batch side by side
+    for threads in (1, 3):                                              # pieces of a batch side by side
         emb = encoder.encode(texts, batch_size=64, threads=threads)     # (64, 384)
         for i in where[1:]:
             assert np.array_equal(emb[i], emb[0]), (threads, i)
