@@ -62,7 +62,7 @@ def test_queries_through_the_tiled_products(enc, st_embeddings, monkeypatch):
 
 
 def test_large_work_runs_on_the_python_threads(enc, monkeypatch):
-    texts = ["word " * 100] * 4                                        # 4 x 102 tokens > SMALL_WORK_TOKENS
+    texts = [(w + " ") * 100 for w in ("word", "text", "line", "note")]  # 4 x 102 tokens > SMALL_WORK_TOKENS, distinct
     calls = []
     real = encoder_module.map_threads
 

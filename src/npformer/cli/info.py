@@ -3,7 +3,9 @@
 Without DIR: the paper's base Transformer (TransformerConfig() defaults, a shared
 37,000-token vocabulary as in Table 3), with its count next to the paper's 65M.
 With DIR: the model of a run directory (``config.json``, and ``model.safetensors``
-when present, whose tensors are counted too).
+when present, whose tensors are counted too). No model is built: the counts come from the config's
+fields (``models.config.param_count`` and ``components``); a model kind registered outside npformer,
+whose size npformer cannot count, says "parameters: unknown".
 """
 from __future__ import annotations
 
@@ -52,27 +54,6 @@ def _config_from_dir(run_dir: Path):
     raise CLIError(f"{path} is neither a run config (model_kind + model) nor a model config ({errors[0]})")
 
 
-def _breakdown(model) -> list[tuple[str, int, str]]:
-    """(component, parameters, note) per top-level child, in the model's order."""
-    rows = []
-    for name, child in model.children():
-        n = child.num_parameters()
-        note = ""
-        layers = getattr(child, "layers", None)
-        if layers is not None and len(layers):
-            note = f"{len(layers)} layers x {layers[0].num_parameters():,}"
-            if getattr(child, "norm", None) is not None:
-                note += f" + final norm {child.norm.num_parameters():,}"
-        elif name == "embed" and hasattr(model, "src_embedding"):
-            note = "shared by source and target"
-        rows.append((name, n, note))
-    cfg = model.config
-    if getattr(cfg, "tie_output", False):
-        table = "embed" if getattr(cfg, "share_embeddings", True) else "tgt_embed"
-        rows.append(("output projection", 0, f"tied to {table}.tok.weight (paper 3.4)"))
-    return rows
-
-
 def _checkpoint_count(path: Path) -> tuple[int, int]:
     """(tensors, parameters) in a safetensors file, from its header only."""
     from ..tensorfile import read_header
@@ -84,6 +65,7 @@ def _checkpoint_count(path: Path) -> tuple[int, int]:
 def run(args) -> int:
     from .. import models
     from ..data.tasks import model_kind_classes
+    from ..models.config import components, param_count
 
     if args.dir is None:
         kind, config = "transformer", models.TransformerConfig()
@@ -93,16 +75,15 @@ def run(args) -> int:
         kind, config = _config_from_dir(run_dir)
         title = f"{kind} model of {run_dir}"
     _, model_cls = model_kind_classes(kind)
-    model = model_cls(config, rng=0)
-    total = model.num_parameters()
-    rows = _breakdown(model)
+    model_name = getattr(model_cls, "__name__", kind)
+    total, rows = param_count(config), components(config)               # from the config: no model is built
     checkpoint = None
     if args.dir is not None and (Path(args.dir) / "model.safetensors").is_file():
         checkpoint = _checkpoint_count(Path(args.dir) / "model.safetensors")
 
     if args.json:
-        out = {"model": type(model).__name__, "kind": kind, "config": config.to_dict(), "parameters": total,
-               "components": {name: n for name, n, _ in rows}}
+        out = {"model": model_name, "kind": kind, "config": config.to_dict(), "parameters": total,
+               "components": {name: n for name, n, _ in rows or []}}
         if args.dir is None:
             out["paper_parameters"] = PAPER_BASE_PARAMS
         if checkpoint is not None:
@@ -114,15 +95,20 @@ def run(args) -> int:
     print(f"\n{type(config).__name__}")
     for k, v in config.to_dict().items():
         print(f"  {k:<20} {v}")
-    print(f"\nparameters {total:>27,}")
-    for name, n, note in rows:
+    if total is None:
+        print("\nparameters: unknown (a model kind registered outside npformer: its size is not counted "
+              "without building it)")
+    else:
+        print(f"\nparameters {total:>27,}")
+    for name, n, note in rows or []:
         print(f"  {name:<20} {n:>14,}   {note}".rstrip())
-    if args.dir is None:
+    if args.dir is None and total is not None:
         pct = 100 * (total / PAPER_BASE_PARAMS - 1)
         print(f"\npaper (Table 3, base): {PAPER_BASE_PARAMS / 1e6:.0f}M; this count is "
               f"{100 * total / PAPER_BASE_PARAMS:.2f}% of it ({pct:+.2f}%)")
     if checkpoint is not None:
         n_t, n_p = checkpoint
-        agree = "matches the config" if n_p == total else f"DIFFERS from the config's {total:,}"
+        agree = ("cannot be compared with the config" if total is None else "matches the config" if n_p == total
+                 else f"DIFFERS from the config's {total:,}")
         print(f"\nmodel.safetensors: {n_t} tensors, {n_p:,} parameters ({agree})")
     return 0

@@ -13,6 +13,7 @@ from . import CLIError
 
 HELP = "practise the lesson: write its exercises, have them graded, take its quiz"
 DESCRIPTION = __doc__.split("\n\n")[0].replace("``", "")
+MAX_TIMEOUT = 3_600                         # seconds: --timeout's largest value
 
 
 def add_arguments(p) -> None:
@@ -34,7 +35,7 @@ def add_arguments(p) -> None:
     check.add_argument("names", nargs="*", metavar="NAME", help="exercises to grade (default: all)")
     check.add_argument("--json", action="store_true", help="print the report as JSON and nothing else")
     check.add_argument("--timeout", type=float, default=10.0, metavar="S",
-                       help="time limit per exercise in seconds (default 10)")
+                       help=f"time limit per exercise in seconds, at most {MAX_TIMEOUT:,} (default 10)")
     quiz = sub.add_parser("quiz", help="the lesson's three-question knowledge check",
                           description="Ask the lesson's knowledge check in the terminal; each answer is followed "
                                       "by its explanation and a demonstration computed by the library.")
@@ -84,7 +85,11 @@ def _check(args) -> int:
 
 
 def _timeout(value, check) -> float:
+    """--timeout T: 0 < T <= MAX_TIMEOUT seconds (a larger T overflows the time limit's arithmetic)."""
     try:
-        return check(value)
+        seconds = check(value)
     except ValueError:
         raise CLIError(f"--timeout must be a positive number of seconds, got {value}") from None
+    if seconds > MAX_TIMEOUT:
+        raise CLIError(f"--timeout must be at most {MAX_TIMEOUT:,} seconds, got {value:g}")
+    return seconds

@@ -36,11 +36,14 @@ from .embed import _lines, add_model_args, load_encoder, text_file
 HELP = "find the corpus lines most similar to each query (cosine)"
 DESCRIPTION = "Print, for each QUERY, the most similar lines of the corpus file with their cosine similarity."
 CACHE_SUFFIX = ".npformer-embeddings.npz"
-CACHE_VERSION = 2                    # 2: the model key covers every file of the model directory
+CACHE_VERSION = 3                    # 2: the model key covers every file of the model directory; 3: equal
+                                     # lines are embedded once (equal rows), the key's walk is bounded
 CACHE_OVERHEAD = 64 << 10            # a cache's bytes besides its embeddings: keys, zip and .npy headers
 UNIT_TOLERANCE = 1e-3                # |norm^2 - 1| of a cached row, which the encoder normalised in float32
 KEY_HASHED_BYTES = 1 << 20           # model_key hashes a file up to this size, else takes its size and mtime
-KEY_MAX_FILES = 10_000               # model_key looks at no more files than this
+KEY_MAX_FILES = 1_000                # model_key looks at no more files and folders than this
+KEY_MAX_DEPTH = 16                   # nor at folders nested deeper than this below the model directory
+KEY_MAX_CONTENT = 2 << 30            # nor hashes more bytes than this in all
 
 
 def add_arguments(p) -> None:
@@ -60,35 +63,65 @@ def model_key(model_dir: Path) -> str:
     """The model's identity for the cache: its directory and every file in it, subfolders included
     (hidden ones such as .git left out): the SHA-256 of each file up to KEY_HASHED_BYTES (configs,
     tokenizer, vocabulary, pooling), the size and modification time of a larger one (the weights:
-    hashing 90 MB on every search would cost more than the search)."""
+    hashing 90 MB on every search would cost more than the search).
+
+    The walk is bounded by the directory, not by what it holds: folders at most KEY_MAX_DEPTH deep,
+    at most KEY_MAX_FILES files and folders, at most KEY_MAX_CONTENT bytes hashed; past a limit, a
+    FileFormatError naming the directory. It is a loop over a stack, not a recursion, and follows no
+    symbolic link to a folder."""
+    from ..settings import FileFormatError
+
     d = Path(model_dir).resolve()
     h = hashlib.sha256(str(d).encode("utf-8"))
-    seen = 0
-    for root, dirs, files in os.walk(d):                              # symbolic links to folders not followed
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        for name in sorted(f for f in files if not f.startswith(".")):
-            f = Path(root) / name
-            h.update(f"{f.relative_to(d).as_posix()}\0{_digest(f)}\n".encode("utf-8", "surrogateescape"))
-            seen += 1
-            if seen == KEY_MAX_FILES:
-                return h.hexdigest()
+    seen, hashed = 0, 0
+    stack: list[tuple[Path, int]] = [(d, 0)]                           # (folder, depth below d)
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+        except OSError:                                                  # unreadable: named, not read
+            h.update(f"{folder.relative_to(d).as_posix()}/\0unreadable\n".encode("utf-8", "surrogateescape"))
+            continue
+        seen += len(entries)
+        if seen > KEY_MAX_FILES:
+            raise FileFormatError(f"model directory {d} holds more than {KEY_MAX_FILES:,} files and folders, "
+                                  "more than the cache's key reads (--no-cache runs without it)")
+        subfolders = []
+        for e in entries:
+            f = Path(e.path)
+            if e.is_dir(follow_symlinks=False):
+                if depth + 1 > KEY_MAX_DEPTH:
+                    raise FileFormatError(f"model directory {d} nests folders more than {KEY_MAX_DEPTH} deep, "
+                                          "more than the cache's key reads (--no-cache runs without it)")
+                subfolders.append((f, depth + 1))
+                continue
+            digest, n = _digest(f)
+            hashed += n
+            if hashed > KEY_MAX_CONTENT:
+                raise FileFormatError(f"model directory {d} holds more than {KEY_MAX_CONTENT:,} bytes of small "
+                                      "files, more than the cache's key reads (--no-cache runs without it)")
+            h.update(f"{f.relative_to(d).as_posix()}\0{digest}\n".encode("utf-8", "surrogateescape"))
+        stack.extend(reversed(subfolders))                              # depth first, in name order
     return h.hexdigest()
 
 
-def _digest(path: Path) -> str:
-    """A file's part of the model key: its SHA-256 up to KEY_HASHED_BYTES, else its size and mtime.
-    Opened without blocking and checked on the open file: a FIFO or a device is named, not read."""
+def _digest(path: Path) -> tuple[str, int]:
+    """(a file's part of the model key, the bytes read for it): its SHA-256 up to KEY_HASHED_BYTES, else
+    its size and mtime. Opened without blocking and checked on the open file: a FIFO or a device is
+    named, not read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:                                                     # a broken link, no permission
-        return "unreadable"
+        return "unreadable", 0
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return "not a regular file"
+            return "not a regular file", 0
         if st.st_size > KEY_HASHED_BYTES:
-            return f"{st.st_size} {st.st_mtime_ns}"
-        return hashlib.sha256(f.read(KEY_HASHED_BYTES + 1)).hexdigest()
+            return f"{st.st_size} {st.st_mtime_ns}", 0
+        data = f.read(KEY_HASHED_BYTES + 1)
+        return hashlib.sha256(data).hexdigest(), len(data)
 
 
 def _distrust(st: os.stat_result) -> str | None:
@@ -205,7 +238,18 @@ def split_lines(data: bytes, name: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+def cosine_scores(qs, docs):
+    """Unit rows qs (Q, E) and docs (D, E) -> their cosine similarities (Q, D), clipped to [-1, 1]:
+    float32 rounding can put a unit row's cosine with itself at 1.0000001."""
+    import numpy as np
+
+    return np.clip(qs @ docs.T, -1.0, 1.0)                              # (Q, D)
+
+
 def run(args) -> int:
+    import numpy as np
+
+    from ..pretrained.encoder import unique_texts
 
     if args.top_k < 1:
         raise CLIError(f"--top-k must be >= 1, got {args.top_k}")
@@ -215,6 +259,7 @@ def run(args) -> int:
     keep = [i for i, ln in enumerate(lines) if ln.strip()]            # blank lines are not documents
     if not keep:
         raise CLIError(f"--corpus {args.corpus} has " + ("only blank lines" if lines else "no lines"))
+    texts = [lines[i] for i in keep]
     queries = list(args.queries)
     if not all(q.strip() for q in queries):
         raise CLIError("a QUERY is empty")
@@ -228,12 +273,19 @@ def run(args) -> int:
             sys.stderr.write(f"npformer similar: note: the cache {cache} {distrust}: not trusted; "
                              "searching without it, and not writing one\n")
     if docs is None:
-        docs = enc.encode([lines[i] for i in keep], batch_size=args.batch_size, normalize=True,
+        docs = enc.encode(texts, batch_size=args.batch_size, normalize=True,
                           progress=len(keep) >= 256)                    # (D, dim), unit rows
         if not args.no_cache and not distrust:
             write_cache(cache, docs, corpus_sha, model)
     qs = enc.encode(queries, batch_size=args.batch_size, normalize=True)  # (Q, dim)
-    scores = qs @ docs.T                                                # (Q, D) cosine similarities
+    # each distinct line scored once: a matrix product may round a row's dot product by where the row
+    # stands, and equal lines must have equal scores to rank by line number
+    _, inverse = unique_texts(texts)
+    if inverse is None:
+        scores = cosine_scores(qs, docs)                                # (Q, D)
+    else:
+        first = np.unique(inverse, return_index=True)[1]                # (U,) each distinct line's first row
+        scores = cosine_scores(qs, docs[first])[:, inverse]             # (Q, D)
     for qi, (q, best) in enumerate(zip(queries, top_k(scores, min(args.top_k, len(keep))), strict=True)):
         print(f"query: {q}")
         for j in best:

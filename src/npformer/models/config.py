@@ -172,6 +172,70 @@ def param_count(config: object) -> int | None:
     return None if count is None else count(config)
 
 
+def _stack_row(name: str, c: Any, n_layers: int, cross: bool) -> tuple[str, int, str]:
+    """A stack's row of ``components``: its count, and "N layers x per layer [+ final norm]"."""
+    total = _stack(c, n_layers, cross)
+    norm = 2 * c.d_model if c.use_final_norm else 0
+    note = ""
+    if n_layers:
+        note = f"{n_layers} layers x {(total - norm) // n_layers:,}" + (f" + final norm {norm:,}" if norm else "")
+    return name, total, note
+
+
+def _tied(table: str) -> tuple[str, int, str]:
+    return "output projection", 0, f"tied to {table}.tok.weight (paper 3.4)"
+
+
+def _transformer_rows(c: Any) -> list[tuple[str, int, str]]:
+    src = _tokens(c, c.src_vocab_size, c.max_len, c.positional)
+    rows = ([("embed", src, "shared by source and target")] if c.share_embeddings
+            else [("src_embed", src, ""), ("tgt_embed", _tokens(c, c.tgt_vocab_size, c.max_len, c.positional), "")])
+    rows += [_stack_row("encoder", c, c.n_encoder_layers, False), _stack_row("decoder", c, c.n_decoder_layers, True)]
+    if c.tie_output:
+        return rows + [_tied("embed" if c.share_embeddings else "tgt_embed")]
+    return rows + [("generator", _linear(c.d_model, c.tgt_vocab_size), "")]
+
+
+def _decoder_lm_rows(c: Any) -> list[tuple[str, int, str]]:
+    rows = [("embed", _tokens(c, c.vocab_size, c.max_len, c.positional), ""),
+            _stack_row("blocks", c, c.n_layers, False)]
+    return rows + [_tied("embed") if c.tie_output else ("generator", _linear(c.d_model, c.vocab_size), "")]
+
+
+def _classifier_rows(c: Any) -> list[tuple[str, int, str]]:
+    return [("embed", _tokens(c, c.vocab_size, c.max_len, c.positional), ""),
+            _stack_row("encoder", c, c.n_layers, False), ("head", _linear(c.d_model, c.n_classes), "")]
+
+
+def _vit_rows(c: Any) -> list[tuple[str, int, str]]:
+    return [("patch_embed", _patches(c, c.pool == "cls", c.positional), ""),
+            _stack_row("encoder", c, c.n_layers, False), ("head", _linear(c.d_model, c.n_classes), "")]
+
+
+def _vla_rows(c: Any) -> list[tuple[str, int, str]]:
+    e = c.d_model
+    out = e if c.head == "pointer" else (c.image_size // c.patch_size) ** 2
+    words = ([("text_proj", _linear(c.text_dim, e), ""), ("text_dropout", 0, "")] if c.text_dim
+             else [("word_embed", _tokens(c, c.vocab_size, c.max_words, "learned"), "")])
+    rows = words + [("patch_embed", _patches(c, False, "learned"), ""), ("type_embed", 2 * e, ""),
+                    _stack_row("encoder", c, c.n_layers, False),
+                    ("pick_head", _linear(e, out), ""), ("place_head", _linear(e, out), "")]
+    return rows + ([("cell_key", e * e, "")] if c.head == "pointer" else [])
+
+
+_ROWS = {"TransformerConfig": _transformer_rows, "DecoderLMConfig": _decoder_lm_rows,
+         "EncoderClassifierConfig": _classifier_rows, "ViTConfig": _vit_rows, "VLAConfig": _vla_rows}
+
+
+def components(config: object) -> list[tuple[str, int, str]] | None:
+    """(name, parameters, note) of each top-level child of the model of ``config``, in the model's order,
+    from the fields alone (``npformer info``); None for a config class npformer does not know. A tied
+    output projection is a row of 0 parameters; a model's own parameters (VLA's action queries) are in
+    ``param_count`` but in no row."""
+    rows = _ROWS.get(type(config).__name__)
+    return None if rows is None else rows(config)
+
+
 def check_size(config: Any) -> None:
     """ValueError naming the config when its model would be absurd: more than MAX_LAYERS layers in a
     stack, more than MAX_PARAMETERS parameters, or a sinusoidal position table of more values."""

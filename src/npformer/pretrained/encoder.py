@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from ..settings import check_inside, check_links, quoted, read_json, reading
+from ..settings import FileFormatError, check_inside, check_links, quoted, read_json, reading
 from .bert import BertModel, load_bert
 from .hf import model_type, safetensors_file
 from .parallel import default_threads, map_threads
@@ -98,11 +98,17 @@ def _max_length(path: Path, st_cfg: dict, limit: int) -> int:
 
 
 def _tokenizer(path: Path, model: BertModel, max_length: int) -> WordPieceTokenizer:
-    """DIR/tokenizer.json, cutting texts at ``max_length`` pieces, with no more pieces than the model's table."""
-    tokenizer = WordPieceTokenizer(path / "tokenizer.json", max_length)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"{path / 'tokenizer.json'} has {tokenizer.vocab_size:,} word pieces, more than "
-                         f"the {model.config.vocab_size:,} rows of the model's table (config.json's vocab_size)")
+    """DIR/tokenizer.json, cutting texts at ``max_length`` pieces, with no more pieces than the model's table
+    and every id it can give (the special tokens' included) a row of that table."""
+    file = path / "tokenizer.json"
+    tokenizer = WordPieceTokenizer(file, max_length)
+    rows = model.config.vocab_size
+    if tokenizer.vocab_size > rows:
+        raise FileFormatError(f"{file} has {tokenizer.vocab_size:,} word pieces, more than "
+                              f"the {rows:,} rows of the model's table (config.json's vocab_size)")
+    if tokenizer.max_id >= rows:
+        raise FileFormatError(f"{file} gives id {tokenizer.max_id:,}, outside the model's vocabulary of {rows:,} "
+                              "(config.json's vocab_size): tokenizer and weights do not belong together")
     return tokenizer
 
 
@@ -110,6 +116,15 @@ def _check_positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {quoted(value)}")
     return int(value)
+
+
+def unique_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
+    """(the distinct texts in order of first appearance, the index of each text among them, or None when
+    all are distinct). A text's embedding depends, by about 1e-7, on the batch it runs in and its place
+    there; embedding each distinct text once gives equal texts equal bits (and saves their time)."""
+    first: dict[str, int] = {}
+    inverse = np.array([first.setdefault(t, len(first)) for t in texts], dtype=np.int64)  # (N,)
+    return (texts, None) if len(first) == len(texts) else (list(first), inverse)
 
 
 class SentenceEncoder:
@@ -246,7 +261,8 @@ class SentenceEncoder:
 
     def encode(self, sentences, batch_size: int = 64, normalize: bool | None = None,
                progress: bool = False, threads: int | None = None) -> np.ndarray:
-        """Texts -> embeddings (N, dim) float32, in input order.
+        """Texts -> embeddings (N, dim) float32, in input order. Equal texts are embedded once and get
+        equal rows, bit for bit (a text's row otherwise varies by about 1e-7 with its batch).
 
         normalize: L2-normalise the rows; None follows the directory (its Normalize module).
         progress: show the progress on stderr (a bar on a terminal, a line per tenth in a log).
@@ -255,6 +271,7 @@ class SentenceEncoder:
         BLAS on one thread, whatever ``threads`` says.
         """
         normalize = self.normalize if normalize is None else bool(normalize)
+        texts, inverse = unique_texts(self._check(sentences, batch_size))
 
         def embed(h, offsets):
             emb = self._pool(h, offsets)                                   # (b, dim)
@@ -263,19 +280,20 @@ class SentenceEncoder:
                 emb /= np.maximum(norm, emb.dtype.type(1e-12))            # as torch's F.normalize
             return emb
 
-        n, results = self._run(sentences, batch_size, threads, embed)
+        n, results = self._run(texts, batch_size, threads, embed)
+        copies = np.ones(n, dtype=np.int64) if inverse is None else np.bincount(inverse)  # (U,) inputs per text
         bar = None
         if progress:
             from ..progress import progress_display
-            bar = progress_display(n, "embedding", "sentence")
-        out = np.empty((n, self.dim), dtype=np.float32)                     # (N, dim)
+            bar = progress_display(int(copies.sum()), "embedding", "sentence")
+        out = np.empty((n, self.dim), dtype=np.float32)                     # (U, dim), one row per distinct text
         for idx, emb in results:
             out[idx] = emb
             if bar is not None:
-                bar.update(len(idx))
+                bar.update(int(copies[idx].sum()))
         if bar is not None:
             bar.close()
-        return out
+        return out if inverse is None else out[inverse]                    # (N, dim)
 
     def encode_stream(self, sentences, batch_size: int = 64, chunk_size: int | None = None,
                       normalize: bool | None = None, threads: int | None = None):

@@ -31,7 +31,7 @@ from ..models.config import MAX_LAYERS, MAX_PARAMETERS, check_float, check_int
 from ..settings import FileFormatError, check_links, parse_json, quoted, read_bounded, read_json, reading
 from ..tensorfile import TensorEntry, read_header, read_tensors
 from .hf import safetensors_file
-from .tokenizer import MAX_TOKENIZER_BYTES, read_tokenizer_json
+from .tokenizers_lib import MAX_TOKENIZER_BYTES, byte_level_bpe, read_tokenizer_json
 from .weights import WEIGHT_DTYPES, expected_entries
 
 # config.json's activation_function values that are GELU's tanh approximation
@@ -223,8 +223,6 @@ class ByteBPETokenizer:
     FILES = ("tokenizer.json", "vocab.json + merges.txt")
 
     def __init__(self, path: str | Path) -> None:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
         path = Path(path)
         check_links(path)
         tok_file, vocab_file, merges_file = path / "tokenizer.json", path / "vocab.json", path / "merges.txt"
@@ -238,32 +236,24 @@ class ByteBPETokenizer:
                 lines = read_bounded(merges_file, MAX_TOKENIZER_BYTES).decode("utf-8").splitlines()
                 merges = [_merge(line, merges_file, n) for n, line in enumerate(lines, 1)
                           if line and not line.startswith("#version")]
-            try:
-                bpe = models.BPE(vocab=vocab, merges=merges)
-            except Exception as e:
-                raise FileFormatError(f"{vocab_file} and {merges_file} are not a BPE the tokenizers library reads "
-                                      f"({(str(e).splitlines() or [''])[0]})") from None
-            self._tok = Tokenizer(bpe)
-            self._tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-            self._tok.decoder = decoders.ByteLevel()
+            self._tok = byte_level_bpe(vocab, merges, f"{vocab_file} and {merges_file}")
         else:
             raise FileNotFoundError(f"model directory {path} has no tokenizer: npformer needs tokenizer.json, "
                                     "or vocab.json and merges.txt")
-        self._tok.no_padding()
-        self._tok.no_truncation()
-        self.vocab_size = self._tok.get_vocab_size()
+        self._tok.set_limits(None)
+        self.vocab_size = self._tok.vocab_size()
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
+        return self._tok.encode_batch([text], add_special_tokens=False)[0]["ids"]
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self._tok.decode(ids)
 
     def token_texts(self, ids: list[int]) -> list[str]:
         """Each id decoded alone (a piece of a multi-byte character shows as U+FFFD)."""
-        return [self._tok.decode([int(i)], skip_special_tokens=False) for i in ids]
+        return self._tok.decode_each(ids)
 
 
 def _merge(line: str, source: Path, n: int) -> tuple[str, str]:

@@ -1,5 +1,5 @@
-"""WordPiece tokenization with the ``tokenizers`` library reading a tokenizer.json, and the
-padding that turns a list of id sequences into one (B, T) batch with its mask.
+"""WordPiece tokenization with the ``tokenizers`` library (called through ``tokenizers_lib``) reading
+a tokenizer.json, and the padding that turns a list of id sequences into one (B, T) batch with its mask.
 
 Truncation keeps [CLS] and [SEP]: with ``max_length`` 256 a long text becomes [CLS], its
 first 254 word pieces, [SEP], as sentence-transformers truncates.
@@ -11,24 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import FileFormatError, parse_json, read_bounded
+from .tokenizers_lib import MAX_TOKENIZER_BYTES, read_tokenizer_json
 
-MAX_TOKENIZER_BYTES = 64 << 20      # MiniLM's tokenizer.json is 466 KB; a 250,000-piece vocabulary's ~20 MB
+__all__ = ["MAX_TOKENIZER_BYTES", "WordPieceTokenizer", "read_tokenizer_json"]
 
-
-
-def read_tokenizer_json(path: Path):
-    """The ``tokenizers.Tokenizer`` of the tokenizer.json at ``path``: read with a size bound, checked as
-    limited JSON first, a file the library refuses a FileFormatError of one line naming it."""
-    from tokenizers import Tokenizer
-
-    data = read_bounded(path, MAX_TOKENIZER_BYTES)
-    parse_json(data, path, top=dict)
-    try:
-        return Tokenizer.from_str(data.decode("utf-8"))
-    except Exception as e:                                              # tokenizers raises its own exception type
-        raise FileFormatError(f"{path} is not a tokenizer the tokenizers library reads "
-                              f"({(str(e).splitlines() or [''])[0]})") from None
 
 class WordPieceTokenizer:
     def __init__(self, path: str | Path, max_length: int) -> None:
@@ -44,25 +30,27 @@ class WordPieceTokenizer:
             raise ValueError(f"max_length must be >= 2 ([CLS] and [SEP]), got {max_length}")
         self.max_length = int(max_length)
         self._tok = read_tokenizer_json(path)
-        self.vocab_size = self._tok.get_vocab_size()
+        self.vocab_size = self._tok.vocab_size()
         # tokenizer.json may carry its own padding/truncation (MiniLM's pads to 128): we pad ourselves
-        self._tok.no_padding()
-        self._tok.enable_truncation(self.max_length)
+        self._tok.set_limits(self.max_length)
         pad = self._tok.token_to_id("[PAD]")
-        self.pad_id = 0 if pad is None else int(pad)
+        self.pad_id = 0 if pad is None else pad
+        # the largest id it can give: of the vocabulary with its added tokens, and of the special
+        # tokens the post-processor adds (its template's ids need not be the vocabulary's)
+        self.max_id = max(self._tok.max_vocab_id(), self.pad_id, *self._tok.encode_batch([""])[0]["ids"])
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """One int64 id array per text, [CLS] ... [SEP], at most ``max_length`` long."""
-        return [np.asarray(e.ids, dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
+        return [np.asarray(e["ids"], dtype=np.int64) for e in self._tok.encode_batch(list(texts))]
 
     def tokens(self, texts: list[str]) -> list[list[str]]:
         """The word pieces of each text as strings, [CLS] ... [SEP], cut as ``encode`` cuts them."""
-        return [list(e.tokens) for e in self._tok.encode_batch(list(texts))]
+        return [e["tokens"] for e in self._tok.encode_batch(list(texts), tokens=True)]
 
     def spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         """Each piece's (start, end) character offsets in its text, (0, 0) for [CLS] and [SEP], cut as
         ``encode`` cuts them (what the explorer reports of a truncated text)."""
-        return [[(int(a), int(b)) for a, b in e.offsets] for e in self._tok.encode_batch(list(texts))]
+        return [e["offsets"] for e in self._tok.encode_batch(list(texts), offsets=True)]
 
     def pad(self, seqs: list[np.ndarray]):
         """Right-pad to the longest: (ids (B, T) int64, mask (B, T) bool, True = real token)."""
