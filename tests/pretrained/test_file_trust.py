@@ -79,9 +79,13 @@ def test_a_load_takes_memory_bounded_by_the_file(tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     (d / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(size))
     file_size = (d / "model.safetensors").stat().st_size
+    # the child's own peak: ru_maxrss survives exec, so a child forked from a large pytest process would
+    # report the parent's size; /proc/self/status's VmHWM belongs to the address space exec made
     child = ("import resource, sys\nfrom npformer.pretrained import load_bert\nfrom npformer.settings import "
              "FileFormatError\ntry:\n    load_bert(sys.argv[1])\n    print('loaded')\nexcept FileFormatError as e:\n"
-             "    print('refused', e)\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+             "    print('refused', e)\ntry:\n    hwm = [x for x in open('/proc/self/status') if x[:5] == 'VmHWM']\n"
+             "    print(hwm[0].split()[1])\nexcept OSError:\n"
+             "    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(Path(npformer.__file__).parents[1])}
     out = subprocess.run([sys.executable, "-c", child, str(d)], capture_output=True, text=True, env=env,
                          timeout=120, check=True).stdout.splitlines()
