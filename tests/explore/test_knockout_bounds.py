@@ -48,8 +48,12 @@ else:
     from npformer.cli import main
     knockout.WORK_BUDGET = int(sys.argv[5])
     result = main(["explore", model, prompt, "--out", out])
-print(json.dumps({"result": result, "seconds": time.perf_counter() - t,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+try:        # this process's own peak: ru_maxrss would also count the parent's, inherited through fork
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+except OSError:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20 if sys.platform == "darwin" else 1024)
+print(json.dumps({"result": result, "seconds": time.perf_counter() - t, "peak_mb": peak}))
 """.replace("AS_LIMIT", str(AS_LIMIT))
 
 
