@@ -59,3 +59,27 @@ def test_knockout_view_ranks_correlates_and_opens_heads(explore_runs, opened, tm
     assert state == ["head", layer, [head]]
     assert not o.errors and not o.foreign_requests(("file://", "data:"))
     assert np.isfinite(decode_array(kg["effect"])).all()
+
+
+def test_knockout_view_names_the_heads_past_the_work_budget(explore_runs, opened, tmp_path, monkeypatch):  # noqa: F811
+    """With the budget cut to two heads' knock-outs, the view ranks those two only and its note says how many
+    heads were skipped, from which one, and why (the payload's knockout.skipped, issue 31)."""
+    from npformer.explore import knockout as ko
+
+    ex = open_explorer(explore_runs["tabletop"])
+    tokens = len(ex.payload(INPUTS["tabletop"])["inputs"][0]["groups"][0]["query_tokens"])
+    monkeypatch.setattr(ko, "WORK_BUDGET", 2 * tokens * 2)              # two knock-outs of 2 layers x T positions
+    payload = ex.payload(INPUTS["tabletop"])
+    sk = payload["inputs"][0]["knockout"]["skipped"]
+    assert (sk["count"], sk["total"], sk["first"]) == (2, 4, {"group": "self", "layer": 1, "head": 0})
+    path = tmp_path / "tabletop.html"
+    path.write_text(render_html(payload), encoding="utf-8")
+    o = opened(path.as_uri())
+    o.click_tab("knockout")
+    note = o.page.inner_text("#knockout-skipped")
+    assert note.startswith("2 of the 4 heads were not knocked out, from self L1\u00b7H0 on")
+    assert f"stop at {2 * tokens * 2:,} head x position x layer units" in note
+    assert "In self: 2 of its 4 heads, left out of both rankings." in note
+    for table in ("knockout-by-attention", "knockout-by-effect"):
+        assert sorted((r[0], r[1]) for r in shown(o.page, table, "rank")) == [(0, 0), (0, 1)]
+    assert not o.errors

@@ -15,7 +15,8 @@ cached decoding equal to the full forward), so the page's timeline view reads th
 Targets: the logit of each of the first MAX_STEP_TARGETS generated tokens at the step that wrote
 it, each with one backward (relevance, Chefer et al.), and each head knocked out in turn on them
 (``knockout.knockout_json``: one forward per head over the tokens read, teacher-forced on the model's
-own continuation). ``--target`` is refused here: the targets are the steps the model took.
+own continuation, its logits projected at the explained steps only; within knockout.WORK_BUDGET).
+``--target`` is refused here: the targets are the steps the model took.
 Dimension legend: P prompt tokens, N generated tokens, T = P + N - 1 positions read, V vocabulary.
 """
 from __future__ import annotations
@@ -34,6 +35,16 @@ from .payload import Explorer, _check_text, _one_hot, _target, group_json
 NEW_TOKENS = 12                    # tokens generated for the timeline
 MAX_PROMPT_TOKENS = 200            # the longest prompt the explorer takes, in tokens
 MAX_STEP_TARGETS = 4               # generated tokens explained with relevance (one backward each)
+
+
+def logits_at(model, read: np.ndarray, k: int, rows: list[int]) -> np.ndarray:
+    """The logits of ``k`` copies of ``read`` (1, T) at the positions ``rows`` only, (k, K, V): the forward
+    of ``DecoderLM._forward`` (GPT-2 has no padding id, so no key mask) with the output projection applied
+    to the K measured rows, not to all T (a knock-out measures K <= MAX_STEP_TARGETS positions, and T x V
+    logits per copy are most of a wide vocabulary's memory)."""
+    x, _ = model.embed.forward(np.repeat(read, k, 0), None)                    # (k, T, E)
+    h, _ = model.blocks.forward(x, mask=None, causal=True, rng=None)          # (k, T, E)
+    return model.project_output(h[:, rows])[0]                                # (k, K, V)
 
 
 def open_dir(path) -> Explorer:
@@ -93,10 +104,10 @@ class CausalLMExplorer(Explorer):
                                                     f"(query position {q})"))
             names.append(name)
             steps_explained.append(tg.Target(q, int(new[j]), 0))            # greedy: the step's prediction
-        knock = ko.knockout_json(lm.model, "decoder_lm", groups,
-                                 lambda k: lm.model.forward(np.repeat(read, k, 0))[0],    # (k, T, V)
-                                 steps_explained, {"self": relevance}, names,
-                                 {"self": [t.slot for t in steps_explained]})
+        rows = [t.slot for t in steps_explained]                              # the K measured positions
+        knock = ko.knockout_json(lm.model, "decoder_lm", groups, lambda k: logits_at(lm.model, read, k, rows),
+                                 [tg.Target(j, t.id, 0) for j, t in enumerate(steps_explained)],
+                                 {"self": relevance}, names, {"self": rows})
         steps = [{"query": p - 1 + j, "id": int(i), "token": wrote[j]} for j, i in enumerate(new)]
         return {"label": text, "output": lm.tokenizer.decode(new), "image": None,
                 "meta": {"prompt tokens": p, "generated tokens": len(new)}, "targets": targets, "knockout": knock,

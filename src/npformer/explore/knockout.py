@@ -15,6 +15,13 @@ the target is measured:
 
 Each knock-out is one forward pass; they run batched, several copies of the input at once, each copy
 with its own head zeroed (``head_mask`` of shape (B, H)), which gives the same numbers as one pass per head.
+Each batch is reduced to what is measured, (copies, K) numbers, before the next one runs, and its size
+is chosen so that one batched forward holds at most about ``CHUNK_SCORES`` numbers.
+
+The knock-outs of one input do at most ``WORK_BUDGET`` head x position x layer units of work: one
+knock-out costs a forward over every attention group's query positions and layers. Past the budget,
+the heads are knocked out in order (group, layer, head) while it lasts; the rest are skipped, their
+numbers NaN (decisions -1), and the payload's ``skipped`` says which and why (docs/explorer.md).
 
 Beside the effect, each head gets an attention score for the target: its weight, in the target's query
 row, on the ``TOP_KEYS`` keys with the highest gradient-weighted relevance (``relevance.py``) for the
@@ -34,7 +41,11 @@ from ..nn import MultiHeadAttention
 from .arrays import encode_array
 
 TOP_KEYS = 3                            # the keys most relevant to the target, whose weight a head is scored by
-CHUNK_SCORES = 1 << 23                  # attention scores (copies x L x H x Tq x Tk) of one batched forward, at most
+CHUNK_SCORES = 1 << 25                  # numbers one batched forward holds (copies x (attention scores, activations
+                                        # and output of one copy)), at most
+WORK_BUDGET = 1 << 18                   # heads knocked out x query positions x layers of one forward, per input
+SCORES_PER_WEIGHT = 3                   # (Tq, Tk) arrays a forward holds per head: scores, weights, softmax's
+ACTIVATIONS_PER_Q = 24                  # a block's activations per number of q (norms, q/k/v, FFN's 4E twice, ...)
 
 # model kind -> attention group -> (the stack's name in the model, the attention's name in a layer)
 MODULES = {
@@ -71,17 +82,23 @@ def heads_masked(model, masks: dict[str, np.ndarray]):
             mods[name].__dict__.pop("head_mask", None)              # back to the class default, None
 
 
+def units_of(shapes: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """Every (group, layer, head) of ``shapes`` (group -> (L, H)), in the order they are knocked out."""
+    return [(g, layer, h) for g, (n_layers, n_heads) in shapes.items() for layer in range(n_layers)
+            for h in range(n_heads)]
+
+
 def knocked_out(model, kind: str, shapes: dict[str, tuple[int, int]], run: Callable[[int], np.ndarray],
-                scores_per_copy: int) -> tuple[np.ndarray, np.ndarray]:
-    """``run(n)`` is the model's forward on n copies of the input, returning what is measured, (n, ...).
-    Returns (full (...), knocked (U, ...)) with U = every (group, layer, head) in ``shapes`` order (group ->
-    (L, H)), each copy run with that one head zeroed. ``scores_per_copy``: the attention scores one copy
-    makes (sum of L * H * Tq * Tk), to size the batches."""
-    units = [(g, layer, h) for g, (n_layers, n_heads) in shapes.items() for layer in range(n_layers)
-             for h in range(n_heads)]
-    chunk = max(1, min(len(units), CHUNK_SCORES // max(1, scores_per_copy)))
-    full = run(1)[0]
-    parts = []
+                measure: Callable[[np.ndarray], dict[str, np.ndarray]], per_copy: int,
+                n_units: int | None = None) -> dict[str, np.ndarray]:
+    """``run(n)``: the model's forward on n copies of the input, returning what is measured, (n, ...);
+    ``measure``: that output -> {name: (n, K)}. Returns {name: (U, K)} for the first ``n_units`` (all when
+    None) of ``units_of(shapes)``, each copy run with that one head zeroed. Each batch is measured before
+    the next runs, so no knocked-out output outlives its batch. ``per_copy``: the numbers one copy's
+    forward holds, to size the batches."""
+    units = units_of(shapes)[:n_units]
+    chunk = max(1, min(len(units), CHUNK_SCORES // max(1, per_copy)))
+    parts: list[dict[str, np.ndarray]] = []
     for start in range(0, len(units), chunk):
         part = units[start:start + chunk]
         masks: dict[str, np.ndarray] = {}
@@ -89,8 +106,28 @@ def knocked_out(model, kind: str, shapes: dict[str, tuple[int, int]], run: Calla
             m = masks.setdefault(module_name(kind, g, layer), np.ones((len(part), shapes[g][1]), dtype=model.dtype))
             m[row, h] = 0                                           # copy `row` loses head h of this module
         with heads_masked(model, masks):
-            parts.append(run(len(part)))
-    return full, np.concatenate(parts)
+            parts.append(measure(run(len(part))))
+    if not parts:
+        return {}
+    return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def skipped_json(shapes: dict[str, tuple[int, int]], n_done: int, per_head: int, positions: str) -> dict | None:
+    """The payload's "skipped" (docs/EXPLORE_FORMAT.md): None when every head was knocked out, else which
+    heads were not (every unit from ``first`` on, in order) and one line saying why."""
+    units = units_of(shapes)
+    if n_done >= len(units):
+        return None
+    g, layer, h = units[n_done]
+    done = ("none of them" if n_done == 0 else
+            f"the first {n_done:,} ({units[0][0]} L0\u00b7H0 to {units[n_done - 1][0]} "
+            f"L{units[n_done - 1][1]}\u00b7H{units[n_done - 1][2]})")
+    note = (f"{len(units) - n_done:,} of the {len(units):,} heads were not knocked out, from {g} "
+            f"L{layer}\u00b7H{h} on: each knock-out is one forward over {positions} ({per_head:,} position x layer "
+            f"units), and the knock-outs of one input stop at {WORK_BUDGET:,} head x position x layer units, "
+            f"so {done} were.")
+    return {"count": len(units) - n_done, "total": len(units), "first": {"group": g, "layer": layer, "head": h},
+            "work_per_head": per_head, "budget": WORK_BUDGET, "note": note}
 
 
 def logsumexp(x: np.ndarray) -> np.ndarray:
@@ -157,6 +194,13 @@ def spearman(a, b) -> float | None:
     return None if den == 0 else float((ra * rb).sum() / den)
 
 
+def positions_text(groups: dict) -> str:
+    """One forward's positions x layers in words, e.g. "15 positions x 1,024 layers" (per group when several)."""
+    parts = [f"{p.weights.shape[2]:,} positions x {p.weights.shape[0]:,} layers"
+             + (f" ({g})" if len(groups) > 1 else "") for g, p in groups.items()]
+    return " + ".join(parts)
+
+
 def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarray], targets: list,
                   relevance: dict[str, dict[str, np.ndarray]], names: list[str],
                   queries: dict[str, list], vectors: bool = False, labels: list[str] | None = None) -> dict:
@@ -166,19 +210,39 @@ def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarra
     name -> (Tq, Tk); ``queries``: group -> the K query rows (None: the mean of all rows); ``labels``: each
     id's text, for the page to name a decision (characters; cells and classes are their numbers)."""
     shapes = {g: parts.weights.shape[:2] for g, parts in groups.items()}
-    per_copy = sum(int(np.prod(p.weights.shape)) for p in groups.values())
-    full, knocked = knocked_out(model, kind, shapes, run, per_copy)
+    units = units_of(shapes)
+    # one forward's work: every group's query positions x layers (a knock-out is one forward)
+    per_head = sum(int(p.weights.shape[0] * p.weights.shape[2]) for p in groups.values())
+    n_done = min(len(units), WORK_BUDGET // max(1, per_head))
+    full = run(1)[0]
+    per_copy = full.size + sum(int(SCORES_PER_WEIGHT * p.weights.size + ACTIVATIONS_PER_Q * p.q.size)
+                               for p in groups.values())
     if vectors:
-        f, k = vector_measures(full, full), vector_measures(knocked, full)
-        effect = 1.0 - k["cosine"]                                  # (U, K)
+        def measure(out):
+            return vector_measures(out, full)
+        f = measure(full)
         full_json = {"value": f["value"].tolist()}
-        stored = {"value": k["value"], "cosine": k["cosine"]}
     else:
         slots, ids = [t.slot for t in targets], [t.id for t in targets]
-        f, k = logit_measures(full, slots, ids), logit_measures(knocked, slots, ids)
-        effect = f["logodds"] - k["logodds"]                        # (U, K)
+
+        def measure(out):
+            return logit_measures(out, slots, ids)
+        f = measure(full)
         full_json = {"logit": f["logit"].tolist(), "prob": f["prob"].tolist(), "decision": f["decision"].tolist()}
-        stored = {"logit": k["logit"], "prob": k["prob"], "decision": k["decision"]}
+    k = knocked_out(model, kind, shapes, run, measure, per_copy, n_done)
+    n_k = len(names)
+    stored: dict[str, np.ndarray] = {}
+    for name in (("value", "cosine") if vectors else ("logit", "prob", "decision")):
+        fill = -1 if name == "decision" else np.nan
+        stored[name] = np.full((len(units), n_k), fill, dtype=np.int64 if name == "decision" else np.float64)
+        if n_done:
+            stored[name][:n_done] = k[name]
+    if vectors:
+        effect = 1.0 - stored["cosine"]                             # (U, K); NaN where skipped
+    else:
+        effect = np.full((len(units), n_k), np.nan)
+        if n_done:
+            effect[:n_done] = f["logodds"] - k["logodds"]           # (U, K)
     out_groups, start = {}, 0
     for g, (n_layers, n_heads) in shapes.items():
         u = slice(start, start + n_layers * n_heads)
@@ -191,12 +255,15 @@ def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarra
         entry: dict[str, Any] = {name: encode_array(v[u].reshape(n_layers, n_heads, -1),
                                                     "i32" if name == "decision" else "f32")
                                  for name, v in stored.items()}
+        done = (np.arange(u.start, u.stop) < n_done).reshape(n_layers, n_heads)   # (L, H) knocked out
         entry.update(effect=encode_array(eff, "f32"), attention=encode_array(attention, "f32"),
                      keys=np.stack(keys).tolist(), queries=list(queries[g]),
-                     spearman=[spearman(attention[..., i], eff[..., i]) for i in range(len(names))])
+                     spearman=[spearman(attention[..., i][done], eff[..., i][done]) if done.sum() > 1 else None
+                               for i in range(len(names))])
         out_groups[g] = entry
     out: dict[str, Any] = {"measure": "cosine" if vectors else "log-probability", "top_keys": TOP_KEYS,
-                           "full": full_json, "groups": out_groups}
+                           "full": full_json, "groups": out_groups,
+                           "skipped": skipped_json(shapes, n_done, per_head, positions_text(groups))}
     if labels is not None:
         out["labels"] = list(labels)
     return out

@@ -9,7 +9,8 @@
 // The Spearman correlation of the two rankings (computed when the page was written, ties by average rank)
 // and a sentence chosen from the numbers say whether attention predicted importance here. A line joins
 // each head's two places. Click a head (a row, or a line's end) to open it in the head view; on the
-// canvas, the arrow keys choose a head and Enter opens it. The numbers come from the payload
+// canvas, the arrow keys choose a head and Enter opens it. Heads past the knock-outs' work budget (payload
+// knockout.skipped, their numbers NaN) are left out of both rankings, and the note says which and why. The numbers come from the payload
 // (docs/EXPLORE_FORMAT.md, "Knock-outs"); this file only ranks and draws them.
 "use strict";
 
@@ -96,7 +97,9 @@
     const [L, H, nk] = att.shape;
     const at = (x, l, h) => x.data[(l * H + h) * nk + k];
     const rows = [];
+    let skipped = 0;                                                 // heads past the work budget: NaN, not ranked
     for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+      if (!Number.isFinite(at(eff, l, h))) { skipped++; continue; }
       const r = { i: rows.length, l: l, h: h, attention: at(att, l, h), effect: at(eff, l, h), a: at(a, l, h), b: at(b, l, h) };
       if (decision) { r.decision = at(decision, l, h); r.flip = r.decision !== K.full.decision[k]; }
       rows.push(r);
@@ -107,13 +110,22 @@
     const keys = kg.keys[k].map((j) => j + " \u201c" + P.shortToken(g.key_tokens[j], 12) + "\u201d").join(", ");
     section.appendChild(el("p", { class: "hint" }, [
       "Target ", P.targetPicker(), (t && t.detail ? " (" + t.detail + ")" : "") + ". " + g.name + ": each of its " +
-      rows.length + " heads knocked out in turn (its slice of the concatenated heads zeroed before the output " +
+      (skipped ? rows.length + " knocked-out heads (of " + (rows.length + skipped) + ")" : rows.length + " heads") +
+      " knocked out in turn (its slice of the concatenated heads zeroed before the output " +
       "projection), the model run again on the same input and its own output. Ranked by attention: the head's weight " +
       "on the " + K.top_keys + " keys most relevant to the target (" + keys + "), " +
       (kg.queries[k] === null ? "averaged over the query rows" : "in query row " + kg.queries[k] + " \u201c" +
        P.shortToken(g.query_tokens[kg.queries[k]], 12) + "\u201d") +
       ". Ranked by knock-out: " + (cosine ? "1 \u2212 the cosine between the knocked-out and the full embedding." :
       "how far the target's log-odds log(p/(1\u2212p)) fell (nats; negative: they rose).") + " Click a head to open it."]));
+    if (K.skipped) {                                                 // the work budget ran out (docs/explorer.md)
+      section.appendChild(el("p", { id: "knockout-skipped", class: "hint", text: K.skipped.note +
+        (skipped ? " In " + g.name + ": " + skipped + " of its " + (rows.length + skipped) + " heads, left out of both rankings." : "") }));
+    }
+    if (!rows.length) {
+      return { view: "knockout", group: g.name, target: t ? t.name : null, measure: K.measure, spearman: null,
+               skipped: skipped, heads: [] };
+    }
     section.appendChild(el("p", { id: "knockout-sentence", text: verdict(rows, rho, K.measure) }));
     if (rho !== null && rho !== undefined) section.lastChild.dataset.rho = String(rho);
 
@@ -204,7 +216,7 @@
       el("div", null, [el("div", { class: "scroll" }, [c]), said]),
       table("knockout-by-effect", cosine ? "1 \u2212 cosine" : "knock-out effect", "effect", "rankEffect", extra)]));
     return { view: "knockout", group: g.name, target: t ? t.name : null, measure: K.measure, spearman: rho,
-             top_keys: kg.keys[k], full: cosine ? { value: K.full.value[k] } :
+             skipped: skipped, top_keys: kg.keys[k], full: cosine ? { value: K.full.value[k] } :
                { logit: K.full.logit[k], prob: K.full.prob[k], decision: K.full.decision[k] },
              heads: rows.map((r) => ({ layer: r.l, head: r.h, attention: r.attention, effect: r.effect,
                                        rank_attention: r.rankAttention, rank_effect: r.rankEffect,
