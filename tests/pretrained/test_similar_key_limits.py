@@ -46,7 +46,11 @@ def test_folders_nested_deeper_are_refused(model, tmp_path, capsys, depth):
         fd, old = os.open("d", os.O_RDONLY, dir_fd=fd), fd
         os.close(old)
     os.close(fd)
-    _refused(model, tmp_path, capsys, "nests folders more than 16 deep")
+    try:
+        _refused(model, tmp_path, capsys, "nests folders more than 16 deep")
+    finally:                    # deepest first: pytest's own clean-up (shutil.rmtree) recurses once per level
+        for level in range(depth, 0, -1):
+            os.rmdir(os.path.join(model, *["d"] * level))
 
 
 def test_more_than_1000_files_are_refused(model, tmp_path, capsys):
