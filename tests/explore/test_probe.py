@@ -76,3 +76,24 @@ def test_a_policy_that_acts_in_tokens_records_its_probe(tmp_path):
     w = probe["weights"][0].astype(np.float64) / 255.0                  # (L, H, T, T)
     assert np.all(w[:, :, :8, 8:] == 0) and np.all(w[:, :, :, 2:4] == 0)   # no action, no padding read
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=t * 0.5 / 255)
+
+
+def test_explore_on_a_probe_file_missing_an_entry_is_one_line(explore_runs, tmp_path, capsys):  # noqa: F811
+    """The run's probe file with input.0 taken out: `npformer explore` answers one line naming the file, exit 2
+    (before, a KeyError traceback)."""
+    import shutil
+
+    from explore_runs import one_line_error
+
+    from npformer.cli import main
+    from npformer.train.checkpoint import read_safetensors, safetensors_bytes
+    d = tmp_path / "run"
+    shutil.copytree(explore_runs["dates"], d)
+    tensors, meta = read_safetensors(d / PROBE)
+    tensors = {k: v for k, v in tensors.items() if k != "input.0"}
+    (d / PROBE).write_bytes(safetensors_bytes(tensors, meta))
+    code = main(["explore", str(d), "1 May 2001", "--out", str(tmp_path / "page.html")])
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err
+    one_line_error(err, str(d / PROBE), "input.0")
+    assert not (tmp_path / "page.html").exists()
