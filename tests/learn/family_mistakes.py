@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from wrong_solutions import _attention, _ffn, _ln, _merge, _mha, _softmax, _split
+from wrong_solutions import _attention, _attention_grads, _ffn, _ln, _merge, _mha, _softmax, _split
 
 
 def _scores(q, k):
@@ -20,6 +20,10 @@ def _scores(q, k):
 def softmax_whole_array_max(x):
     e = np.exp(x - x.max())
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_over_columns(x):
+    return _softmax(x, axis=-2) if x.ndim > 1 else _softmax(x)
 
 
 # -- attention -------------------------------------------------------------------------------------------
@@ -37,10 +41,6 @@ def attention_mask_after_softmax(q, k, v, mask=None):
     if mask is not None:
         w = w * mask
     return w @ v, w
-
-
-def attention_transposed_mask(q, k, v, mask=None):
-    return _attention(q, k, v, None if mask is None else np.swapaxes(mask, -1, -2))
 
 
 def attention_softmax_over_queries(q, k, v, mask=None):
@@ -67,6 +67,11 @@ def merge_heads_interleaved(x):
 
 def layer_norm_axis_0(x, gamma, beta, eps=1e-5):
     return (x - x.mean(0, keepdims=True)) / np.sqrt(x.var(0, keepdims=True) + eps) * gamma + beta
+
+
+def layer_norm_over_positions(x, gamma, beta, eps=1e-5):
+    axis = -2 if x.ndim > 1 else -1
+    return (x - x.mean(axis, keepdims=True)) / np.sqrt(x.var(axis, keepdims=True) + eps) * gamma + beta
 
 
 def layer_norm_whole_array(x, gamma, beta, eps=1e-5):
@@ -170,11 +175,17 @@ def softmax_backward_sum_whole_array(dy, y):
     return y * (dy - (dy * y).sum())
 
 
+def attention_backward_dk_unscaled(dout, q, k, v, weights):
+    return _attention_grads(dout, q, k, v, weights, scale_dk=False)
+
+
 FAMILIES = [
+    ("softmax", softmax_over_columns, ["not the columns"]),
+    ("layer_norm", layer_norm_over_positions, ["not the positions"]),
+    ("attention_backward", attention_backward_dk_unscaled, ["dk is wrong", "scale"]),
     ("softmax", softmax_whole_array_max, ["subtract each row's max, not the whole array's"]),
     ("attention", attention_additive_01_mask, ["-inf"]),
     ("attention", attention_mask_after_softmax, ["after the softmax"]),
-    ("attention", attention_transposed_mask, ["transposed"]),
     ("attention", attention_softmax_over_queries, ["over the queries"]),
     ("split_heads", split_heads_interleaved, ["interleaved"]),
     ("merge_heads", merge_heads_interleaved, ["interleaved"]),
@@ -185,8 +196,8 @@ FAMILIES = [
     ("layer_norm", layer_norm_no_gamma, ["gamma is not applied"]),
     ("layer_norm", layer_norm_gamma_beta_swapped, ["swapped"]),
     ("positional_encoding", positional_encoding_base_1000, ["10000"]),
-    ("positional_encoding", positional_encoding_from_1, ["start at 0"]),
-    ("causal_mask", causal_mask_one_up, ["one key too many"]),
+    ("positional_encoding", positional_encoding_from_1, ["starting at 0"]),
+    ("causal_mask", causal_mask_one_up, ["One key too many"]),
     ("causal_mask", causal_mask_transposed, ["transposed", "keeps the diagonal"]),
     ("multi_head_attention", mha_w_at_k, ["w @ v"]),
     ("multi_head_attention", mha_interleaved_heads, ["interleaved"]),

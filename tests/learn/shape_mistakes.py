@@ -48,6 +48,14 @@ def merge_heads(x):
     return x.transpose(0, 2, 1, 3).reshape(b, t, h * d)
 
 
+def attention_transposed_mask(q, k, v, mask=None):
+    scores = q @ np.swapaxes(k, -1, -2) / q.dtype.type(math.sqrt(q.shape[-1]))
+    if mask is not None:
+        scores = np.where(mask.T, scores, -np.inf)
+    w = _softmax(scores)
+    return w @ v, w
+
+
 def multi_head_attention(x, params, n_heads, mask=None):
     q, k, v = (split_heads(x @ params["w_" + n] + params["b_" + n], n_heads) for n in "qkv")
     scores = q @ np.swapaxes(k, -1, -2) / x.dtype.type(math.sqrt(q.shape[-1]))
@@ -62,6 +70,7 @@ def multi_head_attention(x, params, n_heads, mask=None):
 
 
 SHAPES = [
+    ("attention", attention_transposed_mask, ["transposed", "mask (3, 5)"]),
     ("attention", attention_returns_w_out, ["wrong order", "(out, weights)"]),
     ("feed_forward", feed_forward_max_not_maximum, ["lost", "np.maximum"]),
     ("attention", attention_mask_adds_axes, ["more axes", "mask"]),

@@ -63,11 +63,13 @@ class Case:
 class Mistake:
     """A known mistake: ``text`` in a learner's words, and how to recognise it, either by ``wrong``,
     a function of the case's float64 args returning the mistaken outputs by name (compared with the
-    learner's, all of them), or by ``shows(got, case)``, a predicate on the learner's outputs."""
+    learner's, all of them, NaN matching NaN), or by ``shows(got, case)``, a predicate on the learner's
+    outputs. ``family`` is the kind of mistake it is (``families.FAMILIES``)."""
     text: str
     section: int
     wrong: Callable[..., dict[str, np.ndarray]] | None = None
     shows: Callable[[dict, Case], bool] | None = None
+    family: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,9 @@ class Spec:
     array; several: a tuple in that order), its cases for a dtype, its known mistakes, the lesson
     section of a generic diagnosis, and for the backward exercises ``fd(case, output, index)``, the
     central finite difference of that output's entry. ``built_on``, for an exercise whose code calls
-    earlier exercises, is an ``exercises.BuiltOn``: it says (sentence, section) when the learner's output is
-    explained by the learner's own failing helpers; it is asked after the known mistakes."""
+    earlier exercises, is an ``builton.BuiltOn``: it says (sentence, section) when the learner's output is
+    explained by the learner's own failing helpers; it is asked before the known mistakes, since a helper's
+    mistake shows up as the same numbers as that mistake written inline."""
     arg_names: tuple[str, ...]
     outputs: tuple[str, ...]
     cases: Callable[[np.dtype | None], list[Case]]
@@ -212,6 +215,17 @@ def close(got: np.ndarray, want: np.ndarray, dtype) -> bool:
     return bool(np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol))
 
 
+def matches(got: np.ndarray, wrong: np.ndarray, dtype) -> bool:
+    """Whether the learner's ``got`` is a mistake's numbers ``wrong``: ``close``, NaN where it has NaN (a
+    mistake that underflows to 0 / 0); a variant that is NaN everywhere matches nothing."""
+    if wrong.dtype == bool:
+        return bool(got.shape == wrong.shape and np.array_equal(got, wrong))
+    if got.shape != wrong.shape or np.isnan(wrong).all():
+        return False
+    rtol, atol = TOLERANCES[np.dtype(dtype)]
+    return bool(np.allclose(got.astype(np.float64), wrong, rtol=rtol, atol=atol, equal_nan=True))
+
+
 def _worst(got: np.ndarray, want: np.ndarray, dtype) -> tuple:
     """The index where ``got`` is furthest outside the tolerance."""
     if want.dtype == bool:
@@ -263,18 +277,18 @@ def judge_case(spec: Spec, case: Case, outcome: Outcome, explain: Callable | Non
     if len(spec.outputs) > 1:
         right = [n for n in spec.outputs if n not in bad]
         value += f"; wrong: {', '.join(bad)}" + (f", right: {', '.join(right)}" if right else "")
+    found = explain(got) if explain is not None else None
+    if found is not None:                                              # the fault is in the learner's helper
+        text, section = found
+        return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
     args64 = as64(case.args)
     for mistake in spec.mistakes:
         if mistake.shows is not None and mistake.shows(got, case):
             return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
         if mistake.wrong is not None:
             wrong = mistake.wrong(*args64)
-            if all(close(got[n], w, tol_dtype) for n, w in wrong.items()):
+            if all(matches(got[n], w, tol_dtype) for n, w in wrong.items()):
                 return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
-    found = explain(got) if explain is not None else None
-    if found is not None:
-        text, section = found
-        return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
     if spec.beyond:
         generic = (f"The gradient with respect to {', '.join(n[1:] for n in bad)} is wrong: derive it again from "
                    f"the forward, one step at a time")

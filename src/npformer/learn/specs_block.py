@@ -11,7 +11,16 @@ from ..nn import merge_heads, split_heads
 from ..ops import causal_mask, sinusoidal_positions
 from .builton import BuiltOn, _block_on, _mha_on
 from .checks import Mistake, Spec, make_case
-from .references import _block, _ffn, _layer_norm, _mha, _normal, _rng
+from .references import (
+    _block,
+    _ffn,
+    _interleaved_merge,
+    _interleaved_split,
+    _layer_norm,
+    _mha,
+    _normal,
+    _rng,
+)
 
 # -- 3. split_heads / merge_heads ------------------------------------------------------------------------
 
@@ -31,13 +40,19 @@ def _merge_cases(dtype):
 SPLIT_HEADS = Spec(("x", "n_heads"), ("heads",), _split_cases, (
     Mistake("Reshaped straight to (B, H, T, E/H): that mixes tokens and heads. Reshape to (B, T, H, E/H), "
             "then transpose to (B, H, T, E/H)", 3,
-            wrong=lambda x, h: {"heads": x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h)}),
+            wrong=lambda x, h: {"heads": x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h)}, family="layout"),
+    Mistake("The heads are interleaved: reshape(B, T, E/H, H) gives head h every H-th feature; head h owns the "
+            "E/H features in a row from h * E/H, so reshape to (B, T, H, E/H), then transpose", 3,
+            wrong=lambda x, h: {"heads": _interleaved_split(x, h)}, family="layout"),
 ), section=3)
 
 MERGE_HEADS = Spec(("x",), ("merged",), _merge_cases, (
     Mistake("Reshaped straight to (B, T, E): that mixes tokens and heads. Transpose (B, H, T, D) to "
             "(B, T, H, D) first, then reshape", 3,
-            wrong=lambda x: {"merged": x.reshape(x.shape[0], x.shape[2], -1)}),
+            wrong=lambda x: {"merged": x.reshape(x.shape[0], x.shape[2], -1)}, family="layout"),
+    Mistake("The heads are interleaved: head h's D features go in a row at h * D, so transpose (B, H, T, D) to "
+            "(B, T, H, D), not (B, T, D, H), then reshape", 3,
+            wrong=lambda x: {"merged": _interleaved_merge(x)}, family="layout"),
 ), section=3)
 
 
@@ -70,11 +85,28 @@ def _ln_unbiased(x, gamma, beta, eps=1e-5):
 
 LAYER_NORM = Spec(("x", "gamma", "beta", "eps"), ("y",), _ln_cases, (
     Mistake("eps is outside the square root, (x - mean) / (std + eps), as in the lesson's toy; the paper and "
-            "PyTorch divide by sqrt(var + eps)", 3, wrong=_ln_eps_outside),
+            "PyTorch divide by sqrt(var + eps)", 3, wrong=_ln_eps_outside, family="step order"),
     Mistake("The variance is the unbiased one (divided by C - 1): layer norm uses the biased variance, "
-            "divided by C (np.var's default, ddof=0)", 3, wrong=_ln_unbiased),
+            "divided by C (np.var's default, ddof=0)", 3, wrong=_ln_unbiased, family="off by one"),
     Mistake("The eps argument is ignored: use the eps the caller passes, 1e-5 is only its default", 3,
-            wrong=lambda x, gamma, beta, eps=1e-5: _layer_norm(x, gamma, beta)),
+            wrong=lambda x, gamma, beta, eps=1e-5: _layer_norm(x, gamma, beta), family="wrong constant"),
+    Mistake("Normalised over the wrong axis: the mean and variance are each token's, over the LAST axis "
+            "(axis=-1, keepdims=True)", 3, wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, g, b, eps, 0),
+            family="wrong axis"),
+    Mistake("Normalised over the wrong axis: the mean and variance are each token's, over the LAST axis, not "
+            "the positions", 3, wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, g, b, eps, -2 if x.ndim > 1 else -1),
+            family="wrong axis"),
+    Mistake("Normalised over the wrong axis: the mean and variance are each token's, over the LAST axis, not the "
+            "whole array's", 3, wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, g, b, eps, None), family="wrong axis"),
+    Mistake("gamma and beta are not applied: scale the normalised x by gamma, then add beta", 3,
+            wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, np.ones_like(g), np.zeros_like(b), eps),
+            family="missing term"),
+    Mistake("beta is not added: y = (x - mean) / sqrt(var + eps) * gamma + beta", 3,
+            wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, g, np.zeros_like(b), eps), family="missing term"),
+    Mistake("gamma is not applied: y = (x - mean) / sqrt(var + eps) * gamma + beta", 3,
+            wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, np.ones_like(g), b, eps), family="missing term"),
+    Mistake("gamma and beta are swapped: gamma scales, beta shifts, y = x_hat * gamma + beta", 3,
+            wrong=lambda x, g, b, eps=1e-5: _layer_norm(x, b, g, eps), family="swapped"),
 ), section=3)
 
 
@@ -92,6 +124,14 @@ def _pe_swapped(t, d):
     return {"pe": out}
 
 
+def _pe_other(t, d, base=10000.0, start=0):
+    """The sinusoids with another ``base`` or positions counted from ``start``."""
+    pos = np.arange(start, start + t)[:, None] / np.power(base, np.arange(0, d, 2) / d)   # (T, d/2)
+    out = np.empty((t, d))
+    out[:, 0::2], out[:, 1::2] = np.sin(pos), np.cos(pos)
+    return {"pe": out}
+
+
 def _pe_halves(t, d):
     pe = sinusoidal_positions(t, d, np.float64)                        # (T, d)
     return {"pe": np.concatenate([pe[:, 0::2], pe[:, 1::2]], axis=1)}
@@ -106,11 +146,15 @@ def _pe_exponent_i(t, d):
 
 POSITIONAL_ENCODING = Spec(("T", "d"), ("pe",), _pe_cases, (
     Mistake("sin and cos are swapped: sin goes on the even dimensions 2i, cos on the odd ones 2i+1", 4,
-            wrong=_pe_swapped),
+            wrong=_pe_swapped, family="swapped"),
     Mistake("All the sines come first and all the cosines after: the paper interleaves them, sin on 2i and "
-            "cos on 2i+1", 4, wrong=_pe_halves),
+            "cos on 2i+1", 4, wrong=_pe_halves, family="layout"),
     Mistake("The exponent uses i instead of 2i: the frequency of pair i is 1 / 10000^(2i/d)", 4,
-            wrong=_pe_exponent_i),
+            wrong=_pe_exponent_i, family="wrong constant"),
+    Mistake("The base is not 10000: the frequency of pair i is 1 / 10000^(2i/d)", 4,
+            wrong=lambda t, d: _pe_other(t, d, base=1000.0), family="wrong constant"),
+    Mistake("The positions start at 1: row t is position t, np.arange(T), starting at 0", 4,
+            wrong=lambda t, d: _pe_other(t, d, start=1), family="off by one"),
 ), section=4, dtypes=(None,))
 
 # -- 7. multi_head_attention, 8. feed_forward, 9. encoder_block --------------------------------------------
@@ -135,22 +179,35 @@ def _mha_cases(dtype):
     ref = lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask)}      # noqa: E731
     rng = _rng(7)
     pad = np.array([True, True, False])[None, None, None, :]           # (1, 1, 1, Tk) key padding
+    both = causal_mask(4, 4) & np.array([[True] * 4, [True, True, True, False]])[:, None, None, :]   # (B, 1, T, T)
     return [
         make_case(ref, (_normal(rng, (2, 4, 8)), _mha_params(rng, 8), 2), dtype, note="E = 8, H = 2"),
         make_case(ref, (_normal(rng, (1, 1, 6)), _mha_params(rng, 6), 3), dtype, note="T = 1"),
         make_case(ref, (_normal(rng, (2, 5, 12)), _mha_params(rng, 12), 4, causal_mask(5, 5)), dtype,
                   note="causal mask (5, 5)"),
         make_case(ref, (_normal(rng, (1, 3, 4)), _mha_params(rng, 4), 1, pad), dtype, note="mask (1, 1, 1, 3)"),
+        make_case(ref, (_normal(rng, (2, 4, 8)), _mha_params(rng, 8), 2, both), dtype,
+                  note="causal and padding mask (B, 1, T, T)"),
     ]
 
 
 MULTI_HEAD_ATTENTION = Spec(("x", "params", "n_heads", "mask"), ("out",), _mha_cases, (
     Mistake("Each head is scaled by 1/sqrt(E): a head's vectors have size E/H, so divide by sqrt(E/H)", 2,
-            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, scale=1 / math.sqrt(x.shape[-1]))}),
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, scale=1 / math.sqrt(x.shape[-1]))},
+            family="wrong operand"),
+    Mistake("The scores are not scaled: divide each head's q k^T by sqrt(E/H)", 2,
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, scale=1.0)}, family="missing term"),
     Mistake("The output projection is left out: after merging the heads, apply x @ w_o + b_o", 3,
-            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, project_out=False)}),
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, project_out=False)}, family="missing term"),
     Mistake("The weights are applied as x @ w.T (PyTorch's layout): the contract says x @ w + b", 3,
-            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, transposed=True)}),
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, transposed=True)}, family="swapped"),
+    Mistake("The weights multiply k (w @ k): each head's output is w @ v", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, value="k")}, family="wrong operand"),
+    Mistake("The heads are interleaved: head h owns the E/H features in a row from h * E/H; split with "
+            "reshape(B, T, H, E/H), merge back the same way", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h, mask, interleaved=True)}, family="layout"),
+    Mistake("The mask is ignored: pass it to the attention of every head", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _mha(x, p, h)}, family="missing term"),
 ), section=3, built_on=BuiltOn("multi-head attention", ("split_heads", "attention", "merge_heads"), _mha_on))
 
 
@@ -163,9 +220,13 @@ def _ffn_cases(dtype):
 
 FEED_FORWARD = Spec(("x", "params"), ("y",), _ffn_cases, (
     Mistake("The ReLU is missing: relu(x @ w_1 + b_1) before the second layer", 3,
-            wrong=lambda x, p: {"y": _ffn(x, p, relu_1=False)}),
+            wrong=lambda x, p: {"y": _ffn(x, p, relu_1=False)}, family="missing term"),
     Mistake("A ReLU is applied after the second layer too: only the hidden layer has one", 3,
-            wrong=lambda x, p: {"y": _ffn(x, p, relu_2=True)}),
+            wrong=lambda x, p: {"y": _ffn(x, p, relu_2=True)}, family="doubled term"),
+    Mistake("The first bias is missing: relu(x @ w_1 + b_1)", 3,
+            wrong=lambda x, p: {"y": _ffn(x, p, bias_1=False)}, family="missing term"),
+    Mistake("The second bias is missing: h @ w_2 + b_2", 3,
+            wrong=lambda x, p: {"y": _ffn(x, p, bias_2=False)}, family="missing term"),
 ), section=3)
 
 
@@ -183,8 +244,16 @@ def _block_cases(dtype):
 ENCODER_BLOCK = Spec(("x", "params", "n_heads", "mask"), ("out",), _block_cases, (
     Mistake("This is the pre-LN block (normalise, sub-layer, add): the paper's block adds the residual first "
             "and normalises after, layer_norm(x + sublayer(x))", 3,
-            wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, pre_ln=True)}),
+            wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, pre_ln=True)}, family="step order"),
     Mistake("The residual connections are missing: add each sub-layer's input back, layer_norm(x + sublayer(x))",
-            3, wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, residual=False)}),
+            3, wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, residual=False)},
+            family="missing term"),
+    Mistake("The feed-forward's residual is the block's input x: it is the attention sub-layer's output h, "
+            "layer_norm(h + feed_forward(h))", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, ffn_keeps_x=True)}, family="wrong operand"),
+    Mistake("ln_1 and ln_2 are swapped: ln_1 follows the attention, ln_2 the feed-forward", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h, mask, swap_norms=True)}, family="swapped"),
+    Mistake("The mask is ignored: pass it to the multi-head attention", 3,
+            wrong=lambda x, p, h, mask=None: {"out": _block(x, p, h)}, family="missing term"),
 ), section=3, built_on=BuiltOn("encoder block", ("multi_head_attention", "layer_norm", "feed_forward"), _block_on))
 
