@@ -70,9 +70,11 @@ def multi_head_attention(x, params, n_heads, mask=None):
 
 
 SHAPES = [
-    ("attention", attention_transposed_mask, ["transposed", "mask (3, 5)"]),
+    ("attention", attention_transposed_mask, ["np.where(mask.T, scores, -np.inf)", "transposed", "mask (3, 5)"]),
     ("attention", attention_returns_w_out, ["wrong order", "(out, weights)"]),
     ("feed_forward", feed_forward_max_not_maximum, ["lost", "np.maximum"]),
     ("attention", attention_mask_adds_axes, ["more axes", "mask"]),
-    ("multi_head_attention", multi_head_attention, ["merge_heads(w @ v)", "x (1, 1, 1, 3, 2)", "mask (1, 1, 1, 3)"]),
+    ("multi_head_attention", multi_head_attention, [
+        "out = merge_heads(w @ v) passed x (1, 1, 1, 3, 4) float64 to merge_heads", "b, h, t, d = x.shape",
+        "mask (1, 1, 1, 3)", "4 axes, it got 5"]),
 ]

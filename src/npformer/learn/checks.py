@@ -174,37 +174,59 @@ def _type_name(x: Item) -> str:
     return f"a {x.type}"
 
 
-def _unpack(spec: Spec, result: Item, case: Case) -> tuple[dict | None, str]:
-    """The outputs by name, or None and a plain sentence saying what is wrong with the result's type."""
+def _shape_cause(spec: Spec, case: Case, name: str, got: tuple, items: tuple) -> str:
+    """Why output ``name`` has shape ``got``, where the shapes show it, or ""."""
+    want = case.expected[name].shape
+    shapes = [i.shape if i.is_array else None for i in items]
+    expected = [case.expected[n].shape for n in spec.outputs]
+    if len(items) > 1 and sorted(map(str, shapes)) == sorted(map(str, expected)) and shapes != expected:
+        return f"The outputs are in the wrong order: return ({', '.join(spec.outputs)}), in that order"
+    if len(got) == len(want) - 1 and any(want[:k] + want[k + 1:] == got for k in range(len(want))):
+        k = next(k for k in range(len(want)) if want[:k] + want[k + 1:] == got)
+        return (f"{name} lost axis {k} (size {want[k]}): a reduction such as np.max(h, 0), np.sum or np.mean "
+                f"with an axis where an elementwise function was meant? ReLU is np.maximum(h, 0)")
+    if len(got) > len(want):
+        mask = dict(zip(spec.arg_names, case.args, strict=False)).get("mask")
+        if isinstance(mask, np.ndarray):
+            return (f"{name} has more axes than expected: the mask {mask.shape} broadcasts against the scores "
+                    f"(..., Tq, Tk) as it is, and axes added to it (mask[None, None]) end up in the output")
+        return f"{name} has more axes than expected: an axis added to an operand (x[None], x[:, None]) ends up there"
+    return ""
+
+
+def _unpack(spec: Spec, result: Item, case: Case) -> tuple[dict | None, str, str]:
+    """The outputs by name, or None, a plain sentence saying what is wrong with the result's type or shape,
+    and what that points to ("" where the shapes do not show it)."""
     want = ", ".join(spec.outputs)
     if len(spec.outputs) == 1:
         items: tuple = (result,)
     elif result.items is None:
-        return None, f"It returned {_type_name(result)}, expected a tuple ({want})"
+        return None, f"It returned {_type_name(result)}, expected a tuple ({want})", ""
     elif result.length != len(spec.outputs):
-        return None, f"It returned a tuple of {result.length} items, expected {len(spec.outputs)}: ({want})"
+        return None, f"It returned a tuple of {result.length} items, expected {len(spec.outputs)}: ({want})", ""
     else:
         items = result.items
     got = {}
     for name, item in zip(spec.outputs, items, strict=True):
         shape = case.expected[name].shape
         if not item.is_array:
-            return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}"
+            return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}", ""
         if not item.exact:
             return None, (f"{name} is of type {item.type}, a subclass of np.ndarray, expected a plain NumPy "
-                          f"array (np.asarray(...) gives one)")
+                          f"array (np.asarray(...) gives one)"), ""
         if item.shape != shape:
-            return None, f"{name} has shape {item.shape}, expected {shape}"
+            return None, f"{name} has shape {item.shape}, expected {shape}", _shape_cause(spec, case, name, item.shape,
+                                                                                         items)
         if case.dtype is None and item.dtype not in ("float32", "float64"):
-            return None, f"{name} is {item.dtype}, expected float32 or float64"
+            return None, f"{name} is {item.dtype}, expected float32 or float64", ""
         if case.dtype is not None and item.dtype != case.dtype.name:
             why = ("a float64 scalar such as np.sqrt(d) turns float32 arrays into float64: use math.sqrt "
                    "or cast back with .astype(x.dtype)") if case.dtype == np.float32 else ""
-            return None, f"{name} is {item.dtype}, expected {case.dtype.name}" + (f" ({why})" if why else "")
+            return None, f"{name} is {item.dtype}, expected {case.dtype.name}" + (f" ({why})" if why else ""), ""
         if item.data is None:
             raise Garbled(f"{name} without its data")
         got[name] = item.data
-    return got, ""
+    return got, "", ""
 
 
 def close(got: np.ndarray, want: np.ndarray, dtype) -> bool:
@@ -256,11 +278,12 @@ def judge_case(spec: Spec, case: Case, outcome: Outcome, explain: Callable | Non
             return _fail(where, what,
                          f"It writes into its input {label} (an in-place update such as -=, *= or [...] =): work on "
                          f"a new array, the caller's arrays must not change {pointer(spec.section, spec.beyond)}")
-    got, wrong_type = _unpack(spec, outcome.result, case)
+    got, wrong_type, cause = _unpack(spec, outcome.result, case)
     if got is None:
         want = spec.outputs[0] if len(spec.outputs) == 1 else "(" + ", ".join(spec.outputs) + ")"
-        return _fail(where, wrong_type, f"Return exactly what the contract says: {want}, NumPy arrays of the "
-                                        f"documented shapes and dtype {pointer(spec.section, spec.beyond)}")
+        cause = cause or (f"Return exactly what the contract says: {want}, NumPy arrays of the documented shapes "
+                          f"and dtype")
+        return _fail(where, wrong_type, f"{cause} {pointer(spec.section, spec.beyond)}")
     tol_dtype = case.dtype if case.dtype is not None else next(iter(got.values())).dtype
     bad = [name for name in spec.outputs if not close(got[name], case.expected[name], tol_dtype)]
     if not bad:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import errors
 from .checks import Case, Spec, Verdict, judge, section_title
 from .specs_attention import ATTENTION, ATTENTION_BACKWARD, CAUSAL_MASK, SOFTMAX, SOFTMAX_BACKWARD
 from .specs_block import (
@@ -58,6 +59,13 @@ class Exercise:
             built_on = self.spec.built_on
             explain = lambda index, case, got: built_on.explain(trials, self.name, index, case, got)  # noqa: E731
         return judge(self.spec, self.cases(), trials.run(self.name), explain)
+
+    def report_error(self, error, index: int | None) -> str:
+        """The report on ``error`` (``wire.LearnerError``), raised on case ``index`` (``errors.py``)."""
+        cases = self.cases()
+        if index is None or not 0 <= index < len(cases):
+            return error.text(f"{self.name} raised")
+        return errors.report(self.spec, cases[index], error, EXERCISES)
 
     def compose(self, fn, index: int, theirs) -> np.ndarray:
         """The correct composition of case ``index`` on ``fn``'s helpers named in ``theirs`` (in the child)."""
