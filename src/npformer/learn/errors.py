@@ -45,7 +45,7 @@ def _contract_ndims(table, function: str, argument: str) -> set[int] | None:
     """The numbers of axes the exercise ``function`` is graded on for ``argument``, or None."""
     ex = table.get(function) if table is not None else None
     spec = getattr(ex, "spec", None)
-    if spec is None or argument not in spec.arg_names:
+    if ex is None or spec is None or argument not in spec.arg_names:
         return None
     i = spec.arg_names.index(argument)
     return {c.args[i].ndim for c in ex.cases() if len(c.args) > i and isinstance(c.args[i], np.ndarray)}
