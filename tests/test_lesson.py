@@ -111,7 +111,7 @@ def test_the_docs_page_shows_each_sections_output(capsys):
     """docs/lesson.md holds, under each section's heading, the block `npformer lesson --section N` prints."""
     page = (Path(__file__).parents[1] / "docs" / "lesson.md").read_text()
     for n, title in SECTIONS.items():
-        after = page.split(f"### {n}. {title}\n", 1)[1]
+        after = page.split(f"### Section {n}: {title}\n", 1)[1]
         block = after.split("```text\n", 1)[1].split("\n```\n", 1)[0]
         assert main(["lesson", "--section", str(n)]) == 0
         printed = capsys.readouterr().out.rstrip("\n")
