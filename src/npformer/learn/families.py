@@ -30,7 +30,7 @@ def table() -> list[tuple[str, str, str]]:
 def markdown() -> str:
     """The page ``docs/learn-mistakes.md``."""
     lines = ["# The mistakes the grader names", "",
-             "`npformer learn check` names a mistake only when the learner's numbers are the numbers of that "
+             "`npformer learn check DIR` names a mistake only when the learner's numbers are the numbers of that "
              "mistake, computed by the grader on the same input (`src/npformer/learn/specs_attention.py`, "
              "`specs_block.py`). Every other wrong answer gets \"The values are wrong\" with the first value "
              "that differs. The mistakes come in families; this table, generated from the grader "
