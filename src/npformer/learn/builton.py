@@ -50,8 +50,9 @@ class BuiltOn:
     uses: tuple[str, ...]
     build: Callable
 
-    def explain(self, trials, exercise: str, index: int, case: Case, got: dict) -> tuple[str, int] | None:
-        failing = [n for n in self.uses if _fails_its_check(trials, exercise, n)]
+    def explain(self, trials, table, exercise: str, index: int, case: Case, got: dict) -> tuple[str, int] | None:
+        """``table``: the exercises by name (``exercises.EXERCISES``)."""
+        failing = [n for n in self.uses if _fails_its_check(trials, table, exercise, n)]
         if not failing:
             return None
         try:
@@ -64,11 +65,10 @@ class BuiltOn:
         if not (built.is_array and built.exact and built.data is not None and built.data.dtype.kind == "f"
                 and built.shape == got[name].shape and close(got[name], built.data.astype(np.float64), case.dtype)):
             return None
-        from .exercises import EXERCISES
         names = " and ".join(failing)
         which = "which fails its own check" if len(failing) == 1 else "which fail their own checks"
         return (f"This matches a correct {self.what} built on your {names}, {which}: fix {names} first",
-                EXERCISES[failing[0]].section)
+                table[failing[0]].section)
 
     def compose(self, fn, theirs, case: Case) -> np.ndarray:
         mine = getattr(fn, "__globals__", None) or {}
@@ -77,11 +77,10 @@ class BuiltOn:
             return self.build(helpers, *copy.deepcopy(case.args))
 
 
-def _fails_its_check(trials, exercise: str, helper: str) -> bool:
+def _fails_its_check(trials, table, exercise: str, helper: str) -> bool:
     """Whether the learner's ``helper`` (next to their ``exercise``) fails that exercise's own check (an
     exception counts as not failing: it is no wrong number to explain)."""
-    from .exercises import EXERCISES
-    spec = EXERCISES[helper]
+    spec = table[helper]
     try:
         return judge(spec.spec, spec.cases(), trials.run(exercise, helper)).status == "fail"
     except ChannelBroken:

@@ -57,7 +57,7 @@ class Exercise:
         explain = None
         if self.spec.built_on is not None:
             built_on = self.spec.built_on
-            explain = lambda index, case, got: built_on.explain(trials, self.name, index, case, got)  # noqa: E731
+            explain = lambda index, case, got: built_on.explain(trials, EXERCISES, self.name, index, case, got)  # noqa: E731
         return judge(self.spec, self.cases(), trials.run(self.name), explain)
 
     def report_error(self, error, index: int | None) -> str:
