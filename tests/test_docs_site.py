@@ -89,6 +89,14 @@ def test_every_page_is_built(site):
     assert not missing, f"pages with no HTML in the site: {missing}"
 
 
+def test_code_blocks_wrap_rather_than_clip(site):
+    """Every page links the site's stylesheet, whose rule makes a code block's long lines wrap."""
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert re.search(r"\.md-typeset pre > code \{[^}]*white-space: pre-wrap;", css), css
+    for page in ("lesson.html", "learn.html", "index.html"):
+        assert 'href="stylesheets/extra.css"' in (site / page).read_text(), page
+
+
 def module_file(module: str) -> Path:
     path = SRC.joinpath(*module.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")

@@ -2,10 +2,12 @@
 results, and `--section N` runs one section."""
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 
 from npformer.cli import main
+from npformer.lesson import SECTIONS
 
 # the lesson's printed output, line by line (np.round(w, 2) prints as a three-line matrix)
 LESSON_LINES = [
@@ -96,3 +98,21 @@ def test_non_integer_section_exits_2(capsys):
         main(["lesson", "--section", "two"])
     assert e.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def _without_noise(text: str) -> str:
+    """``text`` with rounding noise (a number printed as 1.2e-16, or 0.0e+00) written ~0: its digits depend
+    on the BLAS kernel; every other character must match."""
+    return re.sub(r"\b\d\.\de([-+]\d\d)\b",
+                  lambda m: "~0" if m.group(0).startswith("0.0e") or int(m.group(1)) <= -10 else m.group(0), text)
+
+
+def test_the_docs_page_shows_each_sections_output(capsys):
+    """docs/lesson.md holds, under each section's heading, the block `npformer lesson --section N` prints."""
+    page = (Path(__file__).parents[1] / "docs" / "lesson.md").read_text()
+    for n, title in SECTIONS.items():
+        after = page.split(f"### Section {n}: {title}\n", 1)[1]
+        block = after.split("```text\n", 1)[1].split("\n```\n", 1)[0]
+        assert main(["lesson", "--section", str(n)]) == 0
+        printed = capsys.readouterr().out.rstrip("\n")
+        assert _without_noise(block) == _without_noise(printed), f"section {n}: regenerate docs/lesson.md"

@@ -49,6 +49,9 @@ class Exercise:
     def cases(self) -> tuple[Case, ...]:
         return (Case(CASES[self.name][2]),)
 
+    def report_error(self, error, index) -> str:
+        return error.text(f"{self.name} raised")
+
     def judge(self, trials) -> Verdict:
         _, _, args, expected = CASES[self.name]
         want = expected(*args)

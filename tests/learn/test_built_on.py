@@ -78,8 +78,9 @@ def multi_head_attention(x, params, n_heads, mask=None):
     assert EXERCISES["multi_head_attention"].grade(workbook(UNSCALED, inline)["multi_head_attention"]).status == "pass"
     # a function with no module around it, and a failing helper that raises: nothing to name
     ns = workbook(UNSCALED)
-    wrapped = functools.partial(ns["multi_head_attention"])
-    assert diagnosis("multi_head_attention", {"multi_head_attention": wrapped}) == GENERIC
+    wrapped = functools.partial(ns["multi_head_attention"])        # no helper to blame: the mistake is named
+    assert diagnosis("multi_head_attention", {"multi_head_attention": wrapped}) == (
+        f"The scores are not scaled: divide each head's q k^T by sqrt(E/H) (lesson section 2: {SECTIONS[2]})")
     # a failing helper that raises on the block's inputs: the claim is dropped, the grading goes on
     raising = UNSCALED.replace("    scale =", "    if q.ndim == 4:\n        raise ValueError('no heads')\n    scale =")
     ns = workbook(raising, inline.replace("np.sqrt(e // n_heads)", "e"))       # each head scaled by 1/E

@@ -249,7 +249,7 @@ LISTED = [
     ("multi_head_attention", mha_scale_by_e, ["1/sqrt(E)", "sqrt(E/H)", "section 2"]),
     ("multi_head_attention", mha_no_output_projection, ["output projection is left out"]),
     ("softmax_backward", softmax_backward_diagonal, ["dx is wrong", "diagonal"]),
-    ("softmax_backward", softmax_backward_sign, ["gradient with respect to x is wrong"]),
+    ("softmax_backward", softmax_backward_sign, ["dx has the wrong sign"]),
     ("attention_backward", attention_backward_dq_unscaled, ["dq is wrong", "right: dk, dv"]),
     ("attention_backward", attention_backward_unscaled, ["dq and dk are wrong"]),
     ("attention_backward", attention_backward_dk_skips_softmax, ["gradient with respect to k is wrong",
@@ -275,31 +275,28 @@ MORE = [
 ]
 
 
-def _layer_norm_no_beta(x, gamma, beta, eps=1e-5):
-    return _ln(x, gamma, np.zeros_like(beta), eps)
+def _layer_norm_beta_twice(x, gamma, beta, eps=1e-5):
+    return _ln(x, gamma, 2 * beta, eps)
 
 
-def _split_heads_wrong_order(x, n_heads):
-    b, t, e = x.shape
-    return x.reshape(b, t, e // n_heads, n_heads).transpose(0, 3, 1, 2)   # head h takes every H-th feature
+def _split_heads_reversed(x, n_heads):
+    return _split(x, n_heads)[:, ::-1]                               # the heads in reverse order
 
 
-def _attention_softmax_over_queries(q, k, v, mask=None):
-    scores = (q @ np.swapaxes(k, -1, -2)) / q.dtype.type(math.sqrt(q.shape[-1]))
-    w = _softmax(scores, axis=-2)
-    return w @ v, w
+def _attention_third_scale(q, k, v, mask=None):
+    return _attention(q, k, v, mask, scale=1 / (3 * math.sqrt(q.shape[-1])))
 
 
-def _pe_off_by_one(T, d):
-    angle = np.arange(1, T + 1)[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)
+def _pe_odd_exponent(T, d):
+    angle = np.arange(T)[:, None] / 10000.0 ** ((np.arange(0, d, 2) + 1) / d)
     pe = np.zeros((T, d))
     pe[:, 0::2], pe[:, 1::2] = np.sin(angle), np.cos(angle)
     return pe
 
 
 OTHER = [
-    ("layer_norm", _layer_norm_no_beta),
-    ("split_heads", _split_heads_wrong_order),
-    ("attention", _attention_softmax_over_queries),
-    ("positional_encoding", _pe_off_by_one),
+    ("layer_norm", _layer_norm_beta_twice),
+    ("split_heads", _split_heads_reversed),
+    ("attention", _attention_third_scale),
+    ("positional_encoding", _pe_odd_exponent),
 ]

@@ -50,3 +50,17 @@ def test_a_real_file_as_stderr(tmp_path):
         done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=f, text=True, timeout=120)
     err = log.read_text()
     assert done.returncode == 0 and "\r" not in err and progress_steps(err) == list(range(4, 41, 4)), err
+
+
+def test_label_smoothing_is_explained_once_at_the_first_evaluation(tmp_path, capsys):
+    """The training loss includes the smoothing, the held-out loss does not: said once, under the first
+    held-out line, and not at all without smoothing."""
+    note = "the training loss includes label smoothing 0.1 and the held-out loss does not"
+    rc, out, _ = cli(capsys, "train", "copy", "--out", tmp_path / "a", *STEPS, "--no-progress", *TINY_SETS,
+                     "--set", "label_smoothing=0.1")
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("step 10: held-out "))
+    assert rc == 0 and out.count(note) == 1 and note in lines[first + 1], out
+    rc, out, _ = cli(capsys, "train", "copy", "--out", tmp_path / "b", *STEPS, "--no-progress", *TINY_SETS,
+                     "--set", "label_smoothing=0")
+    assert rc == 0 and "label smoothing" not in out, out

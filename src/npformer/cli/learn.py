@@ -36,10 +36,10 @@ def add_arguments(p) -> None:
     check.add_argument("--json", action="store_true", help="print the report as JSON and nothing else")
     check.add_argument("--timeout", type=float, default=10.0, metavar="S",
                        help=f"time limit per exercise in seconds, at most {MAX_TIMEOUT:,} (default 10)")
-    quiz = sub.add_parser("quiz", help="the lesson's three-question knowledge check",
+    quiz = sub.add_parser("quiz", help="the lesson's knowledge check, and a question on sqrt(d)",
                           description="Ask the lesson's knowledge check in the terminal; each answer is followed "
                                       "by its explanation and a demonstration computed by the library.")
-    quiz.add_argument("--no-input", action="store_true", help="print the questions and explanations without asking")
+    quiz.add_argument("--no-input", action="store_true", help="print the questions, choices, explanations; ask nothing")
 
 
 def run(args) -> int:

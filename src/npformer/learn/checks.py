@@ -63,11 +63,13 @@ class Case:
 class Mistake:
     """A known mistake: ``text`` in a learner's words, and how to recognise it, either by ``wrong``,
     a function of the case's float64 args returning the mistaken outputs by name (compared with the
-    learner's, all of them), or by ``shows(got, case)``, a predicate on the learner's outputs."""
+    learner's, all of them, NaN matching NaN), or by ``shows(got, case)``, a predicate on the learner's
+    outputs. ``family`` is the kind of mistake it is (``families.FAMILIES``)."""
     text: str
     section: int
     wrong: Callable[..., dict[str, np.ndarray]] | None = None
     shows: Callable[[dict, Case], bool] | None = None
+    family: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,9 @@ class Spec:
     array; several: a tuple in that order), its cases for a dtype, its known mistakes, the lesson
     section of a generic diagnosis, and for the backward exercises ``fd(case, output, index)``, the
     central finite difference of that output's entry. ``built_on``, for an exercise whose code calls
-    earlier exercises, is an ``exercises.BuiltOn``: it says (sentence, section) when the learner's output is
-    explained by the learner's own failing helpers; it is asked after the known mistakes."""
+    earlier exercises, is an ``builton.BuiltOn``: it says (sentence, section) when the learner's output is
+    explained by the learner's own failing helpers; it is asked before the known mistakes, since a helper's
+    mistake shows up as the same numbers as that mistake written inline."""
     arg_names: tuple[str, ...]
     outputs: tuple[str, ...]
     cases: Callable[[np.dtype | None], list[Case]]
@@ -171,37 +174,59 @@ def _type_name(x: Item) -> str:
     return f"a {x.type}"
 
 
-def _unpack(spec: Spec, result: Item, case: Case) -> tuple[dict | None, str]:
-    """The outputs by name, or None and a plain sentence saying what is wrong with the result's type."""
+def _shape_cause(spec: Spec, case: Case, name: str, got: tuple, items: tuple) -> str:
+    """Why output ``name`` has shape ``got``, where the shapes show it, or ""."""
+    want = case.expected[name].shape
+    shapes = [i.shape if i.is_array else None for i in items]
+    expected = [case.expected[n].shape for n in spec.outputs]
+    if len(items) > 1 and sorted(map(str, shapes)) == sorted(map(str, expected)) and shapes != expected:
+        return f"The outputs are in the wrong order: return ({', '.join(spec.outputs)}), in that order"
+    if len(got) == len(want) - 1 and any(want[:k] + want[k + 1:] == got for k in range(len(want))):
+        k = next(k for k in range(len(want)) if want[:k] + want[k + 1:] == got)
+        return (f"{name} lost axis {k} (size {want[k]}): a reduction such as np.max(h, 0), np.sum or np.mean "
+                f"with an axis where an elementwise function was meant? ReLU is np.maximum(h, 0)")
+    if len(got) > len(want):
+        mask = dict(zip(spec.arg_names, case.args, strict=False)).get("mask")
+        if isinstance(mask, np.ndarray):
+            return (f"{name} has more axes than expected: the mask {mask.shape} broadcasts against the scores "
+                    f"(..., Tq, Tk) as it is, and axes added to it (mask[None, None]) end up in the output")
+        return f"{name} has more axes than expected: an axis added to an operand (x[None], x[:, None]) ends up there"
+    return ""
+
+
+def _unpack(spec: Spec, result: Item, case: Case) -> tuple[dict | None, str, str]:
+    """The outputs by name, or None, a plain sentence saying what is wrong with the result's type or shape,
+    and what that points to ("" where the shapes do not show it)."""
     want = ", ".join(spec.outputs)
     if len(spec.outputs) == 1:
         items: tuple = (result,)
     elif result.items is None:
-        return None, f"It returned {_type_name(result)}, expected a tuple ({want})"
+        return None, f"It returned {_type_name(result)}, expected a tuple ({want})", ""
     elif result.length != len(spec.outputs):
-        return None, f"It returned a tuple of {result.length} items, expected {len(spec.outputs)}: ({want})"
+        return None, f"It returned a tuple of {result.length} items, expected {len(spec.outputs)}: ({want})", ""
     else:
         items = result.items
     got = {}
     for name, item in zip(spec.outputs, items, strict=True):
         shape = case.expected[name].shape
         if not item.is_array:
-            return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}"
+            return None, f"{name} is {_type_name(item)}, expected a NumPy array of shape {shape}", ""
         if not item.exact:
             return None, (f"{name} is of type {item.type}, a subclass of np.ndarray, expected a plain NumPy "
-                          f"array (np.asarray(...) gives one)")
+                          f"array (np.asarray(...) gives one)"), ""
         if item.shape != shape:
-            return None, f"{name} has shape {item.shape}, expected {shape}"
+            return None, f"{name} has shape {item.shape}, expected {shape}", _shape_cause(spec, case, name, item.shape,
+                                                                                         items)
         if case.dtype is None and item.dtype not in ("float32", "float64"):
-            return None, f"{name} is {item.dtype}, expected float32 or float64"
+            return None, f"{name} is {item.dtype}, expected float32 or float64", ""
         if case.dtype is not None and item.dtype != case.dtype.name:
             why = ("a float64 scalar such as np.sqrt(d) turns float32 arrays into float64: use math.sqrt "
                    "or cast back with .astype(x.dtype)") if case.dtype == np.float32 else ""
-            return None, f"{name} is {item.dtype}, expected {case.dtype.name}" + (f" ({why})" if why else "")
+            return None, f"{name} is {item.dtype}, expected {case.dtype.name}" + (f" ({why})" if why else ""), ""
         if item.data is None:
             raise Garbled(f"{name} without its data")
         got[name] = item.data
-    return got, ""
+    return got, "", ""
 
 
 def close(got: np.ndarray, want: np.ndarray, dtype) -> bool:
@@ -210,6 +235,17 @@ def close(got: np.ndarray, want: np.ndarray, dtype) -> bool:
         return bool(np.array_equal(got, want))
     rtol, atol = TOLERANCES[np.dtype(dtype)]
     return bool(np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol))
+
+
+def matches(got: np.ndarray, wrong: np.ndarray, dtype) -> bool:
+    """Whether the learner's ``got`` is a mistake's numbers ``wrong``: ``close``, NaN where it has NaN (a
+    mistake that underflows to 0 / 0); a variant that is NaN everywhere matches nothing."""
+    if wrong.dtype == bool:
+        return bool(got.shape == wrong.shape and np.array_equal(got, wrong))
+    if got.shape != wrong.shape or np.isnan(wrong).all():
+        return False
+    rtol, atol = TOLERANCES[np.dtype(dtype)]
+    return bool(np.allclose(got.astype(np.float64), wrong, rtol=rtol, atol=atol, equal_nan=True))
 
 
 def _worst(got: np.ndarray, want: np.ndarray, dtype) -> tuple:
@@ -242,11 +278,12 @@ def judge_case(spec: Spec, case: Case, outcome: Outcome, explain: Callable | Non
             return _fail(where, what,
                          f"It writes into its input {label} (an in-place update such as -=, *= or [...] =): work on "
                          f"a new array, the caller's arrays must not change {pointer(spec.section, spec.beyond)}")
-    got, wrong_type = _unpack(spec, outcome.result, case)
+    got, wrong_type, cause = _unpack(spec, outcome.result, case)
     if got is None:
         want = spec.outputs[0] if len(spec.outputs) == 1 else "(" + ", ".join(spec.outputs) + ")"
-        return _fail(where, wrong_type, f"Return exactly what the contract says: {want}, NumPy arrays of the "
-                                        f"documented shapes and dtype {pointer(spec.section, spec.beyond)}")
+        cause = cause or (f"Return exactly what the contract says: {want}, NumPy arrays of the documented shapes "
+                          f"and dtype")
+        return _fail(where, wrong_type, f"{cause} {pointer(spec.section, spec.beyond)}")
     tol_dtype = case.dtype if case.dtype is not None else next(iter(got.values())).dtype
     bad = [name for name in spec.outputs if not close(got[name], case.expected[name], tol_dtype)]
     if not bad:
@@ -263,18 +300,18 @@ def judge_case(spec: Spec, case: Case, outcome: Outcome, explain: Callable | Non
     if len(spec.outputs) > 1:
         right = [n for n in spec.outputs if n not in bad]
         value += f"; wrong: {', '.join(bad)}" + (f", right: {', '.join(right)}" if right else "")
+    found = explain(got) if explain is not None else None
+    if found is not None:                                              # the fault is in the learner's helper
+        text, section = found
+        return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
     args64 = as64(case.args)
     for mistake in spec.mistakes:
         if mistake.shows is not None and mistake.shows(got, case):
             return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
         if mistake.wrong is not None:
             wrong = mistake.wrong(*args64)
-            if all(close(got[n], w, tol_dtype) for n, w in wrong.items()):
+            if all(matches(got[n], w, tol_dtype) for n, w in wrong.items()):
                 return _fail(where, value, f"{mistake.text} {pointer(mistake.section, spec.beyond)}")
-    found = explain(got) if explain is not None else None
-    if found is not None:
-        text, section = found
-        return _fail(where, value, f"{text} {pointer(section, spec.beyond)}")
     if spec.beyond:
         generic = (f"The gradient with respect to {', '.join(n[1:] for n in bad)} is wrong: derive it again from "
                    f"the forward, one step at a time")

@@ -1,10 +1,12 @@
 """``npformer learn quiz``: the lesson's knowledge check, asked in the terminal.
 
-The three questions are the lesson's own. After each answer comes the lesson's explanation and a
-demonstration computed by npformer's own functions: attention rows that sum to 1, a 512-wide
-tensor split into 8 heads of 64, and shuffled tokens giving shuffled outputs until positions are
-added. Only question 2 has one right answer, so only it is graded; the other two are compared by
-the learner with the explanation, as the lesson's "reveal the explanation" asks.
+The first three questions are the lesson's own; a fourth, beyond them, asks why the scores are divided
+by sqrt(d), with lettered choices. After each answer comes the explanation and a demonstration computed
+by npformer's own functions: attention rows that sum to 1, a 512-wide tensor split into 8 heads of 64,
+shuffled tokens giving shuffled outputs until positions are added, and the spread of q.k and the
+softmax's peak and entropy at d = 4, 64 and 512 with and without the scale. Questions 1 (a number), 2
+(a number) and 4 (a letter) are graded; question 3 is free text, compared by the learner with the
+explanation, as the lesson's "reveal the explanation" asks.
 
 Every demonstration draws from its own ``default_rng`` seed, so its printed numbers are the same
 on every run on one machine.
@@ -12,6 +14,7 @@ on every run on one machine.
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -22,18 +25,31 @@ import numpy as np
 from ..functional import attention
 from ..lesson import SECTIONS
 from ..nn import merge_heads, split_heads
-from ..ops import sinusoidal_positions
+from ..ops import attention_forward, sinusoidal_positions
 
 # B batch, T tokens, E model width, H heads, D head size
 
 
 @dataclass(frozen=True)
 class Question:
-    text: str          # the lesson's question, word for word
+    text: str          # the lesson's question, word for word (the fourth: beyond the lesson's three)
     explanation: str   # the lesson's explanation, word for word
     section: int       # the section of ``npformer lesson`` that the demonstration extends
+    choices: tuple = ()   # (letter, choice, what a learner who picks it is told), for a multiple choice
+    beyond: bool = False  # not one of the lesson's own questions
 
 
+SCALE_CHOICES = (
+    ("a", "So that each row of the weights sums to 1.",
+     "Not quite: the softmax makes every row sum to 1 at any scale; the scale changes how peaked the row is."),
+    ("b", "To keep the scores' spread the same at any d, so that the softmax does not put nearly all its "
+          "weight on one key.", "Correct."),
+    ("c", "To make attention cheaper to compute.",
+     "Not quite: it is one more multiplication; it changes the numbers, not the amount of work."),
+    ("d", "To turn q.k into the cosine of the angle between q and k.",
+     "Not quite: the cosine divides by the lengths |q| |k|, which differ from token to token; sqrt(d) is one "
+     "constant for every pair."),
+)
 QUESTIONS = (
     Question("Each row of the attention weights sums to what, and why?",
              "1. The weights come from softmax, which normalises each row.", 1),
@@ -41,17 +57,23 @@ QUESTIONS = (
              "64. 512 / 8 = 64.", 3),
     Question("Why does a transformer need position information?",
              "Attention alone ignores order. Shuffling tokens just shuffles the outputs.", 4),
+    Question("Why are the scores q.k divided by sqrt(d) before the softmax?",
+             "b. q.k adds up d products, so for random q and k its variance is d: without the scale the scores "
+             "spread wider as d grows, and the softmax puts nearly all its weight on one key, where its "
+             "gradients vanish. Dividing by sqrt(d) brings the variance back to about 1 at any d.", 2,
+             SCALE_CHOICES, beyond=True),
 )
-GRADED = 2                                       # the one question with a single right answer
+GRADED = (1, 2, 4)                               # the questions with one right answer; 3 is free text
 D_MODEL, N_HEADS = 512, 8
+SCALE_DIMS = (4, 64, 512)                        # the head sizes of the sqrt(d) demonstration
 
 INTRO = """\
-Knowledge check: the lesson's three questions. Try each one first, then read the explanation,
-shown with numbers that npformer computes. Only question 2 has one right answer, so only it is
-graded. End the quiz at any time with Ctrl-D."""
+Knowledge check: the lesson's three questions and a fourth beyond them. Try each one first, then
+read the explanation, shown with numbers that npformer computes. Questions 1, 2 and 4 are graded;
+question 3 you compare with the explanation. End the quiz at any time with Ctrl-D."""
 NO_INPUT_INTRO = """\
-Knowledge check: the lesson's three questions, each with its explanation, shown with numbers
-that npformer computes (--no-input: nothing is asked)."""
+Knowledge check: the lesson's three questions and a fourth beyond them, each with its explanation,
+shown with numbers that npformer computes (--no-input: nothing is asked)."""
 
 
 # ----------------------------------------------------------------------------- demonstrations
@@ -146,7 +168,49 @@ def _order_lines() -> list[str]:
             "A token now carries where it stands, so the order of the input finally matters."]
 
 
-DEMOS = {1: _row_sums_lines, 2: _heads_lines, 3: _order_lines}
+def scale_demo(dims=SCALE_DIMS) -> dict[int, dict[str, float]]:
+    """For each head size d: the variance of q.k over 2048 pairs of random q, k (unit variance per entry),
+    and npformer's attention of 256 random queries over 16 keys, with the scale 1/sqrt(d) and without
+    (scale 1): the mean of each query's largest weight and of its entropy in nats (ln 16 = 2.77 is
+    uniform, 0 is all the weight on one key)."""
+    return {d: dict(row) for d, row in _scale_demo(tuple(dims)).items()}
+
+
+@functools.cache
+def _scale_demo(dims: tuple[int, ...]) -> dict[int, dict[str, float]]:
+    found = {}
+    for d in dims:
+        rng = np.random.default_rng(4 + d)
+        q, k = rng.normal(size=(2, 2048, d))                           # (N, d) each
+        variance = float(np.var((q * k).sum(axis=-1)))                 # q.k of N pairs
+        queries, keys = rng.normal(size=(256, d)), rng.normal(size=(16, d))   # (Tq, d), (Tk, d)
+        row = {"variance": variance}
+        for name, scale in (("scaled", None), ("unscaled", 1.0)):
+            _, w, _ = attention_forward(queries, keys, keys, scale=scale)     # (Tq, Tk)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                entropy = -np.where(w > 0, w * np.log(w), 0.0).sum(axis=-1)   # (Tq,)
+            row[f"{name}_max"], row[f"{name}_entropy"] = float(w.max(axis=-1).mean()), float(entropy.mean())
+        found[d] = row
+    return found
+
+
+def _scale_lines() -> list[str]:
+    r = scale_demo()
+    lines = ["q.k of random q and k (each entry of variance 1) over 2048 pairs, and npformer's attention of",
+             "256 random queries over 16 keys: the largest weight of a row, and its entropy in nats",
+             "(2.77 = all 16 keys alike, 0 = one key takes everything), averaged over the queries:",
+             f"  {'d':>4}  {'var(q.k)':>8}  {'largest weight':>20}  {'entropy':>20}",
+             f"  {'':>4}  {'':>8}  {'/ sqrt(d)':>10}{'unscaled':>10}  {'/ sqrt(d)':>10}{'unscaled':>10}"]
+    for d, row in r.items():
+        lines.append(f"  {d:>4}  {row['variance']:>8.1f}  {row['scaled_max']:>10.2f}{row['unscaled_max']:>10.2f}"
+                     f"  {row['scaled_entropy']:>10.2f}{row['unscaled_entropy']:>10.2f}")
+    lines.append("The variance grows like d. Scaled, the largest weight and the entropy stay the same at every d;")
+    lines.append("unscaled, one key takes almost all the weight once d is large, and the softmax's gradient there")
+    lines.append("is almost 0.")
+    return lines
+
+
+DEMOS = {1: _row_sums_lines, 2: _heads_lines, 3: _order_lines, 4: _scale_lines}
 
 
 # ----------------------------------------------------------------------------- grading question 2
@@ -212,6 +276,67 @@ def _verdict(answer: str) -> str:
     return "Not quite: each head gets an equal slice of the vector."
 
 
+# ----------------------------------------------------------------------------- grading questions 1 and 4
+
+_FIRST_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?![\w])")
+_NUMBER_WORDS = {"zero": 0, "one": 1, "two": 2}
+
+
+def row_sum_answer_value(answer: str) -> Fraction | None:
+    """The number an answer to question 1 starts with ("1, because of the softmax" is 1; "one" and
+    "zero" count), or None when it states none."""
+    if not isinstance(answer, str):
+        raise TypeError(f"answer must be a string, got {type(answer).__name__}")
+    text = answer.strip().lower()
+    word = re.match(r"[a-z]+", text)
+    if word and word.group(0) in _NUMBER_WORDS:
+        return Fraction(_NUMBER_WORDS[word.group(0)])
+    m = _FIRST_NUMBER.search(text)
+    return Fraction(m.group(0).lstrip("+")) if m else None
+
+
+def _row_sum_verdict(answer: str) -> str:
+    if not answer.strip():
+        return "No answer given."
+    value = row_sum_answer_value(answer)
+    if value == 1:
+        return "Correct."
+    if value == 0:
+        return ("Not quite: 0 would leave each token nothing to read; softmax's weights are all positive, and "
+                "it divides each row by its total, so every row sums to 1.")
+    if value is None:
+        return "Not quite: the answer is a number, then why (for example: 1, because ...)."
+    return (f"Not quite: not {float(value):g}, whatever the number of tokens: softmax divides each row by its total, "
+            f"so every row sums to 1.")
+
+
+def choice_letter(answer: str) -> str | None:
+    """The letter an answer to a multiple-choice question picks ("b", "B", "(b)", "b)", "b."), or None."""
+    if not isinstance(answer, str):
+        raise TypeError(f"answer must be a string, got {type(answer).__name__}")
+    m = re.fullmatch(r"\(?([a-z])[).]?", answer.strip().lower())
+    return m.group(1) if m else None
+
+
+def _choice_verdict(question: Question, answer: str) -> str:
+    if not answer.strip():
+        return "No answer given."
+    letter = choice_letter(answer)
+    for choice, _, said in question.choices:
+        if letter == choice:
+            return said
+    letters = ", ".join(c for c, _, _ in question.choices)
+    return f"Not quite: answer with one letter, {letters}."
+
+
+def _verdict_for(n: int, question: Question, answer: str) -> str:
+    if n == 1:
+        return _row_sum_verdict(answer)
+    if n == 2:
+        return _verdict(answer)
+    return _choice_verdict(question, answer)
+
+
 # ----------------------------------------------------------------------------- the quiz
 
 def _write(out, text: str = "") -> None:
@@ -226,8 +351,19 @@ def _explain(n: int, question: Question, out) -> None:
     _write(out, f"More in `npformer lesson --section {question.section}` ({SECTIONS[question.section]}).")
 
 
+def _echoes(input) -> bool:
+    """Whether the terminal shows what the learner types: not when input is piped (then the answer, and
+    the line break after it, are written out, so that "Your answer:" and what follows stay apart)."""
+    if input is not builtins.input:
+        return True
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def run(*, no_input: bool = False, input=builtins.input, out=None) -> int:
-    """Ask the three questions through ``input`` and write to ``out`` (default ``sys.stdout``).
+    """Ask the four questions through ``input`` and write to ``out`` (default ``sys.stdout``).
 
     With ``no_input`` the questions and explanations are printed and ``input`` is never called.
     The end of input (Ctrl-D) ends the quiz with a line saying so; Ctrl-C (KeyboardInterrupt) is
@@ -241,10 +377,13 @@ def run(*, no_input: bool = False, input=builtins.input, out=None) -> int:
     if not callable(getattr(out, "write", None)):
         raise TypeError(f"out must be a text stream with a write method, got {type(out).__name__}")
     _write(out, NO_INPUT_INTRO if no_input else INTRO)
-    correct = None
+    right: list[int] = []
     for n, question in enumerate(QUESTIONS, start=1):
         _write(out)
-        _write(out, f"Question {n} of {len(QUESTIONS)}: {question.text}")
+        beyond = " (beyond the lesson's three)" if question.beyond else ""
+        _write(out, f"Question {n} of {len(QUESTIONS)}{beyond}: {question.text}")
+        for letter, choice, _ in question.choices:
+            _write(out, f"  {letter}) {choice}")
         if not no_input:
             if hasattr(out, "flush"):
                 out.flush()                  # the question shows before input() waits
@@ -257,13 +396,19 @@ def run(*, no_input: bool = False, input=builtins.input, out=None) -> int:
                 return 0
             if not isinstance(answer, str):
                 raise TypeError(f"input must return a string, got {type(answer).__name__}")
-            if n == GRADED:
-                correct = is_heads_answer(answer)
-                _write(out, _verdict(answer))
+            if not _echoes(input):
+                _write(out, answer)
+            if n in GRADED:
+                verdict = _verdict_for(n, question, answer)
+                right += [n] if verdict == "Correct." else []
+                _write(out, verdict)
+            else:
+                _write(out, "Compare your answer with the explanation.")
         _explain(n, question, out)
     _write(out)
-    if correct is None:
+    if no_input:
         _write(out, "End of the knowledge check.")
     else:
-        _write(out, f"End of the knowledge check: question 2 {'right' if correct else 'not right this time'}.")
+        which = f" ({', '.join(map(str, right))})" if right else ""
+        _write(out, f"End of the knowledge check: {len(right)} of the {len(GRADED)} graded questions right{which}.")
     return 0

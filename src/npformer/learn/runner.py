@@ -178,7 +178,7 @@ def _grade_one(name: str, trials) -> tuple[Row, bool]:
         message = f"there is no function {name}: {EXERCISES[name].signature} is expected"
     except LearnerRaised as e:
         status = "todo" if e.error.todo else "error"
-        message = "" if e.error.todo else e.error.text(f"{name} raised")
+        message = "" if e.error.todo else EXERCISES[name].report_error(e.error, e.index)
     except ChannelBroken as e:
         return Row(name, "error", str(e)), False
     try:

@@ -183,7 +183,8 @@ def read_case(record: dict):
     if record.get("kind") == "missing":
         raise Missing()
     if record.get("kind") == "raised":
-        raise LearnerRaised(parse_error(record.get("error")))
+        index = record.get("index")
+        raise LearnerRaised(parse_error(record.get("error")), index if type(index) is int else None)
     return parse_case(record)
 
 

@@ -90,11 +90,11 @@ class LearnerError:
 
 
 class LearnerRaised(Exception):
-    """The learner's code raised; ``error`` says what, as data."""
+    """The learner's code raised; ``error`` says what, as data, and ``index`` on which case (None: unknown)."""
 
-    def __init__(self, error: LearnerError):
+    def __init__(self, error: LearnerError, index: int | None = None):
         super().__init__(error.type)
-        self.error = error
+        self.error, self.index = error, index
 
 
 @dataclass(frozen=True)

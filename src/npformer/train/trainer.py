@@ -147,6 +147,7 @@ class Trainer:
         self.dropout_rng: np.random.Generator | None = None
         self.grads: dict | None = None         # the last step's gradients, until they are applied
         self.lock: RunLock | None = None
+        self.said_smoothing = False            # the note on label smoothing, said once at the first evaluation
 
     def close(self) -> None:
         """Give back the run directory's lock (``run()`` does so when it ends)."""
@@ -373,7 +374,7 @@ class Trainer:
                 if self.step % cfg.eval_every == 0 and self.step != cfg.steps:
                     log.flush()
                     metrics = self._evaluate_and_save(cfg.eval_n, final=False)
-                    bar.write(f"step {self.step}: held-out " + fmt_metrics(metrics))
+                    self._say_held_out(bar, metrics)
         return "steps"
 
     def _train_step(self, log: StepLog) -> tuple[float, float, int, float]:
@@ -428,7 +429,16 @@ class Trainer:
             bar.write(f"interrupted: saved step {self.step} in {self.out}; --resume continues")
             raise KeyboardInterrupt
         metrics = self._evaluate_and_save(self.cfg.final_eval_n, final=True, stopped=stopped)
+        self._say_held_out(bar, metrics)
+
+    def _say_held_out(self, bar: Progress, metrics: dict) -> None:
+        """The held-out line; at the run's first evaluation with label smoothing, why the held-out loss may
+        be below the training loss."""
         bar.write(f"step {self.step}: held-out " + fmt_metrics(metrics))
+        if self.cfg.label_smoothing > 0 and "loss" in metrics and not self.said_smoothing:
+            self.said_smoothing = True
+            bar.write(f"  (the training loss includes label smoothing {self.cfg.label_smoothing:g} and the held-out "
+                      f"loss does not, so the held-out loss can be the lower of the two)")
 
 
 def _norm(grads) -> float:
