@@ -12,7 +12,7 @@ from .activations import (
     relu_forward,
 )
 from .attention import attention_backward, attention_forward, attention_weights_grad, causal_mask
-from .dropout import dropout_backward, dropout_forward
+from .dropout import dropout_add_forward, dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .inference import attention_inference, layernorm_inference, softmax_numerator_
@@ -26,7 +26,7 @@ from .softmax import log_softmax, softmax_backward, softmax_forward
 __all__ = [
     "attention_backward", "attention_forward", "attention_inference", "attention_weights_grad", "causal_mask",
     "cross_entropy_backward", "cross_entropy_forward",
-    "dropout_backward", "dropout_forward",
+    "dropout_add_forward", "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
     "flash_attention_backward", "flash_attention_forward",
     "erf", "gelu_backward", "gelu_forward", "gelu_tanh_backward", "gelu_tanh_forward", "relu_backward",
