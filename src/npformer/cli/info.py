@@ -81,6 +81,15 @@ def _checkpoint_count(path: Path) -> tuple[int, int]:
     return len(tensors), sum(t.size for t in tensors.values())
 
 
+def _kernels() -> dict:
+    """The ops' kernel setting (ops/kernels.py), after one layer norm has run to show which kernels run."""
+    import numpy as np
+
+    from ..ops import kernels, layernorm_forward
+    layernorm_forward(np.zeros((2, 4), np.float32), np.ones(4, np.float32), np.zeros(4, np.float32))
+    return {**kernels.describe(), "ran": kernels.summary()}
+
+
 def run(args) -> int:
     from .. import models
     from ..data.tasks import model_kind_classes
@@ -100,9 +109,10 @@ def run(args) -> int:
     if args.dir is not None and (Path(args.dir) / "model.safetensors").is_file():
         checkpoint = _checkpoint_count(Path(args.dir) / "model.safetensors")
 
+    kernels = _kernels()
     if args.json:
         out = {"model": type(model).__name__, "kind": kind, "config": config.to_dict(), "parameters": total,
-               "components": {name: n for name, n, _ in rows}}
+               "components": {name: n for name, n, _ in rows}, "kernels": kernels}
         if args.dir is None:
             out["paper_parameters"] = PAPER_BASE_PARAMS
         if checkpoint is not None:
@@ -111,6 +121,10 @@ def run(args) -> int:
         return 0
 
     print(f"npformer info: {title}")
+    print(f"kernels: {kernels['kernels']} ({kernels['ran']}); numba "
+          + (kernels['numba'] or ('not used' if kernels['kernels'] == 'numpy' else 'not installed'))
+          + (f", threading layer {kernels['threading_layer']}, {kernels['numba_threads']} thread(s)"
+             if kernels["numba"] else ""))
     print(f"\n{type(config).__name__}")
     for k, v in config.to_dict().items():
         print(f"  {k:<20} {v}")
