@@ -85,7 +85,7 @@ class Adam:
             flat = [a.reshape(-1) for a in (p, g, m, v)] if all(a.flags.c_contiguous for a in (p, g, m, v)) else None
             if flat is not None and p.dtype in _TWIN_DTYPES and g.dtype == p.dtype and kernels.twins():
                 from ..ops.fused.adam import adam_update  # the compiled twin: numba loads on first use
-                adam_update(*flat, coef)
+                adam_update(flat[0], flat[1], flat[2], flat[3], coef)
                 kernels.record("adam", "numba")
                 continue
             kernels.record("adam", "numpy")
