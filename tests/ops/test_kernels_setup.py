@@ -102,16 +102,15 @@ def test_twins_from_two_threads_at_once_match_the_main_thread():
             t.join(60)
     assert not errors and len(out) == 2, errors
     for got in out.values():
-        for a, c in zip(got, want):
+        for a, c in zip(got, want, strict=True):
             assert np.array_equal(a, c)
     assert kernels.threading_layer()             # named: the layer in use, or not started
 
 
 def test_minilm_encoding_with_twins_on_two_threads():
     _numba()
-    from oracles import minilm_dir
-
     from npformer.pretrained import SentenceEncoder
+    from oracles import minilm_dir
     enc = SentenceEncoder.load(minilm_dir())
     texts = [f"sentence number {i} about cats and dogs" + " very" * (i % 7) for i in range(12)]
     with ops.use_kernels("numpy"):

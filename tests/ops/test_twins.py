@@ -73,7 +73,7 @@ def test_layernorm_twin(dtype, shape):
         y, cache = ops.layernorm_forward(x, w, b)
         return (y, cache[0], cache[1], *ops.layernorm_backward(dy, cache))
 
-    for t, r in zip(*both(["layernorm_forward", "layernorm_backward"], run, x, w, b, dy)):
+    for t, r in zip(*both(["layernorm_forward", "layernorm_backward"], run, x, w, b, dy), strict=True):
         close(t, r, zeros=False)
 
 
@@ -92,7 +92,7 @@ def test_gelu_twin(dtype, form):
             def run(x, dy, bias=bias):
                 y, cache = fwd(x, bias)
                 return y, cache[0], cache[1], bwd(dy, cache)
-            for t, r in zip(*both(names, run, x, dy)):
+            for t, r in zip(*both(names, run, x, dy), strict=True):
                 close(t, r, zeros=False)
 
 
@@ -119,7 +119,7 @@ def test_softmax_twin(dtype):
             return y.copy(), ops.softmax_backward(dy, cache, out=dy, scale=scale)
 
         for scale, m in [(None, None), (0.125, mask), (0.3, mask[:, :1, :])]:
-            for t, r in zip(*both(["softmax_forward", "softmax_backward"], run, x, dy, scale, m)):
+            for t, r in zip(*both(["softmax_forward", "softmax_backward"], run, x, dy, scale, m), strict=True):
                 close(t, r, zeros=False)                              # float32 underflow may differ
             if m is not None:
                 y, _ = run(x.copy(), dy.copy(), scale, m)
@@ -139,7 +139,7 @@ def test_attention_runs_the_softmax_twin(dtype):
         return (out, w, *ops.attention_backward(dout, cache))
 
     twin, ref = both(["softmax_forward", "softmax_backward"], run, q, k, v, dout)
-    for t, r in zip(twin, ref):
+    for t, r in zip(twin, ref, strict=True):
         close(t, r, zeros=False)
     allowed = pad & ops.causal_mask(6, 6)                             # (2, 1, 6, 6)
     assert np.all(twin[1][~np.broadcast_to(allowed, twin[1].shape)] == 0)   # masked weights: exact zeros
@@ -203,7 +203,7 @@ def test_embedding_twin(dtype):
         _, cache = ops.embedding_forward(ids, tied)
         return ops.embedding_backward(dout, cache), ops.embedding_backward(dout, cache, tied)
 
-    for t, r in zip(*both(["embedding_backward"], run, ids, dout, tied)):
+    for t, r in zip(*both(["embedding_backward"], run, ids, dout, tied), strict=True):
         assert np.array_equal(t, r)                                   # the same additions in the same order
     with ops.use_kernels("numba"), pytest.raises(IndexError, match="out of bounds"):
         ops.embedding_backward(dout, (ids + 7, (10, 5)))
@@ -222,7 +222,7 @@ def test_adam_twin(dtype, opt):
             o.step(g)
         return w, b, o.m["w"], o.v["w"], o.m["b"]
 
-    for t, r in zip(*both(["adam"], run, p0["w"], p0["b"])):
+    for t, r in zip(*both(["adam"], run, p0["w"], p0["b"]), strict=True):
         close(t, r)
 
 
@@ -248,7 +248,7 @@ def test_same_bits_on_one_and_two_threads():
         with parallel.limit(2):
             two = run()
     assert kernels.numba_module().get_num_threads() >= 1
-    for a, c in zip(one, two):
+    for a, c in zip(one, two, strict=True):
         assert np.array_equal(a, c)
 
 
