@@ -3,8 +3,8 @@
 Every op that has a twin keeps its NumPy reference as the code a learner reads and the
 specification the twin is tested against (tests/ops/test_twins.py). The choice:
 
-- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins when numba imports), ``numba`` (the twins;
-  an error if numba is missing) or ``numpy`` (the references only);
+- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, when numba imports),
+  ``numba`` (every twin; an error if numba is missing) or ``numpy`` (the references only);
 - ``use_kernels(mode)`` sets the same in code, for the whole process, and restores the previous
   setting when used as a context manager (``with ops.use_kernels("numpy"): ...``);
 - ``kernels_used()`` maps each op to the implementation its latest call ran (``"numba"`` or
@@ -105,15 +105,25 @@ def _require_numba() -> Any:
     return nb
 
 
-def twins() -> bool:
-    """Whether ops run their compiled twins now (numba asked for or, on auto, importable)."""
+# The twins that auto runs: those whose paired benchmark (benchmarks/bench_twins.py, a (2048, 512) float32
+# step's arrays, one thread) gave a median ratio twin / reference of 0.9 or less. Provisional figures, from
+# 7 pairs on a loaded 2-core Xeon: embedding backward 0.56 (IQR 0.51-0.73). Not kept (docs/DESIGN.md):
+# layer norm 0.92, softmax with scale and mask 1.10, Adam 1.13, dropout with the residual add 1.23, GELU
+# tanh 2.05, exact GELU 2.39, cross-entropy 4.87 (their float64 transcendental calls do not vectorize).
+# ``numba`` runs every twin.
+PAYS = frozenset({"embedding_backward"})
+
+
+def twins(op: str) -> bool:
+    """Whether ``op`` runs its compiled twin now: on ``numba`` every twin; on ``auto`` those in PAYS,
+    when numba imports; on ``numpy`` none."""
     m = mode()
     if m == "numpy":
         return False
     if m == "numba":
         _require_numba()
         return True
-    return numba_module() is not None
+    return op in PAYS and numba_module() is not None
 
 
 def record(op: str, impl: str) -> None:

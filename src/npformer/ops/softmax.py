@@ -22,7 +22,7 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None = None, scale: float |
     ``out`` may be ``x`` itself to work in place. scale: the softmax of ``scale * x``; mask: boolean,
     broadcastable to x, False where a position gets weight 0 (attention's; the twin fuses both in).
     """
-    if _twin_ok(x, out):
+    if _twin_ok("softmax_forward", x, out):
         from .fused import softmax as twin  # the compiled twin (numba, on first use)
         kernels.record("softmax_forward", "numba")
         return twin.softmax_forward(x, out, 1.0 if scale is None else scale, mask)
@@ -68,7 +68,7 @@ def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None =
     """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
     ``out`` may be ``dy`` itself to work in place. scale: the forward's, multiplied into dx."""
     y = cache
-    if _twin_ok(y, out) and dy.shape == y.shape:
+    if _twin_ok("softmax_backward", y, out) and dy.shape == y.shape:
         from .fused import softmax as twin
         kernels.record("softmax_backward", "numba")
         return twin.softmax_backward(dy, y, out, 1.0 if scale is None else scale)
@@ -79,11 +79,11 @@ def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None =
     return dx
 
 
-def _twin_ok(x: np.ndarray, out: np.ndarray | None) -> bool:
+def _twin_ok(op: str, x: np.ndarray, out: np.ndarray | None) -> bool:
     """Whether the twin takes this call: a float array of whole C-contiguous rows (and ``out`` alike)."""
     return (x.dtype in kernels.FLOATS and x.ndim > 0 and x.shape[-1] > 0 and x.flags.c_contiguous
             and (out is None or (out.flags.c_contiguous and out.shape == x.shape and out.dtype == x.dtype))
-            and kernels.twins())
+            and kernels.twins(op))
 
 
 def _softmax_backward_numpy(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> np.ndarray:
