@@ -20,18 +20,28 @@ def _adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, coef: np.n
     wd, decoupled, b1, b2, sqrt_bc2, eps = coef[0], coef[1], coef[2], coef[3], coef[4], coef[5]
     shrink, one_b1, one_b2, step = coef[6], coef[7], coef[8], coef[9]
     n = p.size
+    mode = 0 if wd == 0 else (1 if decoupled != 0 else 2)    # chosen once, so that the inner loops vectorize
     for c in prange((n + CHUNK - 1) // CHUNK):
-        for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
-            pi, gi = p[i], g[i]
-            if wd != 0 and decoupled != 0:
-                pi = pi * shrink
-            elif wd != 0:
-                gi = gi + wd * pi
+        lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
+        if mode == 1:                                     # AdamW: shrink p directly
+            for i in range(lo, hi):
+                p[i] = p[i] * shrink
+        elif mode == 2:                                   # Adam: the L2 term joins the gradient
+            for i in range(lo, hi):
+                gi = g[i] + wd * p[i]
+                mi = m[i] * b1 + one_b1 * gi
+                vi = v[i] * b2 + one_b2 * (gi * gi)
+                m[i] = mi
+                v[i] = vi
+                p[i] = p[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
+            continue
+        for i in range(lo, hi):
+            gi = g[i]
             mi = m[i] * b1 + one_b1 * gi
             vi = v[i] * b2 + one_b2 * (gi * gi)
             m[i] = mi
             v[i] = vi
-            p[i] = pi - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
+            p[i] = p[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
 
 
 adam_kernel = Kernel(_adam)
