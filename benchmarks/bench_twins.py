@@ -10,6 +10,8 @@ array. Every op is timed as the same public function under ``use_kernels("numba"
 reference with its IQR). Each side has its own copy of the inputs, made before the timing; an in-place
 op (softmax, dropout with the residual add, Adam) works on its side's copy round after round, so both
 sides see the same inputs in each round, to rounding.
+With ``--compare-threads``, each twin instead runs on 2 numba threads against itself on 1
+(``parallel.limit``), the measurement behind ``parallel.limit``'s default for the twins.
 Each round's outputs are compared (float32: within 1e-6 per tensor, as tests/ops/test_twins.py), and a
 miss ends the run with status 1. A twin is kept where the median ratio is 0.9 or less (docs/DESIGN.md).
 """
@@ -21,7 +23,7 @@ import numpy as np
 
 from _common import add_pairs_args, check, paired, print_paired, print_setup
 from npformer import ops
-from npformer.ops import kernels
+from npformer.ops import kernels, parallel
 from npformer.train.optim import Adam
 
 
@@ -85,6 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--compare-threads", action="store_true", help="each twin on 2 threads against itself on 1")
     add_pairs_args(ap, settle=0.0)
     args = ap.parse_args()
     if kernels.numba_module() is None:
@@ -97,6 +100,9 @@ def main() -> None:
 
         def side(mode: str, key: str, call=call, inputs=inputs) -> tuple:
             with ops.use_kernels(mode):
+                if args.compare_threads:
+                    with parallel.limit(2 if key == "twin" else 1):
+                        return call(*inputs[key])
                 return call(*inputs[key])
 
         def parity(_: int, out: dict, name=name) -> None:
@@ -106,9 +112,10 @@ def main() -> None:
                       1e-6)
 
         print(f"\n== {name} ==")
-        res = paired({"twin": lambda s=side: s("numba", "twin"), "reference": lambda s=side: s("numpy", "reference")},
+        ref_mode = "numba" if args.compare_threads else "numpy"
+        res = paired({"twin": lambda s=side: s("numba", "twin"), "reference": lambda s=side, m=ref_mode: s(m, "reference")},
                      pairs=args.pairs, warmup=args.warmup, each=parity, settle=args.settle)
-        print_paired(res, what="reference")
+        print_paired(res, what="the twin on 1 thread" if args.compare_threads else "reference")
 
 
 if __name__ == "__main__":
