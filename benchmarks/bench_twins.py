@@ -113,8 +113,9 @@ def main() -> None:
 
         print(f"\n== {name} ==")
         ref_mode = "numba" if args.compare_threads else "numpy"
-        res = paired({"twin": lambda s=side: s("numba", "twin"), "reference": lambda s=side, m=ref_mode: s(m, "reference")},
-                     pairs=args.pairs, warmup=args.warmup, each=parity, settle=args.settle)
+        sides = {"twin": lambda s=side: s("numba", "twin"),
+                 "reference": lambda s=side, m=ref_mode: s(m, "reference")}
+        res = paired(sides, pairs=args.pairs, warmup=args.warmup, each=parity, settle=args.settle)
         print_paired(res, what="the twin on 1 thread" if args.compare_threads else "reference")
 
 
