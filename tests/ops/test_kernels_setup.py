@@ -50,7 +50,11 @@ def test_a_bad_kernels_value_is_one_line_and_exit_2():
 
 def test_info_names_the_kernels():
     r = _python("from npformer.cli import main; raise SystemExit(main(['info']))", {"NPFORMER_KERNELS": "numpy"})
-    assert r.returncode == 0 and "kernels: numpy (numpy: layernorm_forward); numba not used" in r.stdout, r.stderr
+    assert r.returncode == 0 and "kernels: numpy (the NumPy references; numba not used)" in r.stdout, r.stderr
+    r = _python("from npformer.cli import main; raise SystemExit(main(['info']))", {"NPFORMER_KERNELS": "auto"})
+    if kernels.numba_module() is not None:
+        assert "kernels: auto (compiled twins on arrays of 131,072+ elements: embedding_backward, layernorm_backward" \
+            in r.stdout and "numba 0." in r.stdout and "thread(s)" in r.stdout, r.stdout
 
 
 def test_no_writable_cache_directory_compiles_without_one_and_warns_once(tmp_path):

@@ -82,12 +82,21 @@ def _checkpoint_count(path: Path) -> tuple[int, int]:
 
 
 def _kernels() -> dict:
-    """The ops' kernel setting (ops/kernels.py), after one layer norm has run to show which kernels run."""
-    import numpy as np
+    """The ops' kernel setting (ops/kernels.py): which compiled twins it runs, numba's version and threads."""
+    from ..ops import kernels
+    return kernels.describe()
 
-    from ..ops import kernels, layernorm_forward
-    layernorm_forward(np.zeros((2, 4), np.float32), np.ones(4, np.float32), np.zeros(4, np.float32))
-    return {**kernels.describe(), "ran": kernels.summary()}
+
+def _kernels_text(k: dict) -> str:
+    from ..ops.kernels import AUTO_MIN_ELEMENTS
+    if k["kernels"] == "numpy":
+        return "numpy (the NumPy references; numba not used)"
+    if not k["numba"]:
+        return f"{k['kernels']} (the NumPy references: numba is not installed)"
+    which = ("every compiled twin" if k["twins"] == "all" else
+             f"compiled twins on arrays of {AUTO_MIN_ELEMENTS:,}+ elements: {', '.join(k['twins'])}")
+    return (f"{k['kernels']} ({which}); numba {k['numba']}, threading layer {k['threading_layer']}, "
+            f"{k['numba_threads']} thread(s)")
 
 
 def run(args) -> int:
@@ -121,10 +130,7 @@ def run(args) -> int:
         return 0
 
     print(f"npformer info: {title}")
-    print(f"kernels: {kernels['kernels']} ({kernels['ran']}); numba "
-          + (kernels['numba'] or ('not used' if kernels['kernels'] == 'numpy' else 'not installed'))
-          + (f", threading layer {kernels['threading_layer']}, {kernels['numba_threads']} thread(s)"
-             if kernels["numba"] else ""))
+    print(f"kernels: {_kernels_text(kernels)}")
     print(f"\n{type(config).__name__}")
     for k, v in config.to_dict().items():
         print(f"  {k:<20} {v}")

@@ -88,7 +88,7 @@ def dropout_add_forward(y: np.ndarray, x: np.ndarray, p: float, rng: np.random.G
             and x.shape == y.shape and x.dtype == y.dtype and y.ndim > 0 and y.shape[-1] > 0
             and all(a.flags.c_contiguous for a in (y, x) + (() if out is None else (out,)))
             and (out is None or (out.shape == y.shape and out.dtype == y.dtype))
-            and kernels.twins("dropout_add_forward")):
+            and kernels.twins("dropout_add_forward", y.size)):
         from .fused import dropout as twin  # the compiled twin (numba, on first use)
         kernels.record("dropout_add_forward", "numba")
         keep = keep_draws(y, p, rng, out)                                   # (...)

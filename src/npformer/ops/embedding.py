@@ -28,7 +28,8 @@ def embedding_backward(dout: np.ndarray, cache: tuple[np.ndarray, tuple[int, ...
         dweight = np.zeros(shape, dtype=dout.dtype)               # (V, C)
     elif dweight.shape != shape or dweight.dtype != dout.dtype:
         raise ValueError(f"dweight must be {shape} {dout.dtype} to add into, got {dweight.shape} {dweight.dtype}")
-    if dweight.dtype in kernels.FLOATS and dweight.flags.c_contiguous and kernels.twins("embedding_backward"):
+    if (dweight.dtype in kernels.FLOATS and dweight.flags.c_contiguous
+            and kernels.twins("embedding_backward", dout.size)):
         from .fused import embedding as twin  # the compiled twin (numba, on first use)
         kernels.record("embedding_backward", "numba")
         return twin.embedding_backward(ids, dout, dweight)

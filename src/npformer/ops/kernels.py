@@ -3,7 +3,8 @@
 Every op that has a twin keeps its NumPy reference as the code a learner reads and the
 specification the twin is tested against (tests/ops/test_twins.py). The choice:
 
-- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, when numba imports),
+- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, on arrays of 128K
+  elements or more, when numba imports),
   ``numba`` (every twin; an error if numba is missing) or ``numpy`` (the references only);
 - ``use_kernels(mode)`` sets the same in code, for the whole process, and restores the previous
   setting when used as a context manager (``with ops.use_kernels("numpy"): ...``);
@@ -114,16 +115,23 @@ def _require_numba() -> Any:
 PAYS = frozenset({"embedding_backward", "layernorm_forward", "layernorm_backward"})
 
 
-def twins(op: str) -> bool:
-    """Whether ``op`` runs its compiled twin now: on ``numba`` every twin; on ``auto`` those in PAYS,
-    when numba imports; on ``numpy`` none."""
+# auto takes a twin for arrays of this many elements or more (ops/parallel.py's MIN_ELEMENTS, 128K): the
+# sizes bench_twins measured. Small models gain nothing from a twin, and a process that never meets a
+# large array never imports numba nor loads a kernel (about 1 s).
+AUTO_MIN_ELEMENTS = 1 << 17
+
+
+def twins(op: str, size: int) -> bool:
+    """Whether ``op`` on an array of ``size`` elements runs its compiled twin now: on ``numba`` every
+    twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more, when numba imports; on
+    ``numpy`` none."""
     m = mode()
     if m == "numpy":
         return False
     if m == "numba":
         _require_numba()
         return True
-    return op in PAYS and numba_module() is not None
+    return op in PAYS and size >= AUTO_MIN_ELEMENTS and numba_module() is not None
 
 
 def record(op: str, impl: str) -> None:
@@ -149,15 +157,17 @@ def summary() -> str:
 
 
 def describe() -> dict[str, Any]:
-    """The setting, numba's version, its threading layer and thread count (without importing numba
-    when the setting is numpy)."""
+    """The setting, numba's version, its threading layer and thread count, and the twins the setting runs
+    (auto: PAYS, on arrays of AUTO_MIN_ELEMENTS or more); numba is not imported when the setting is numpy."""
     m = mode()
-    out: dict[str, Any] = {"kernels": m, "numba": None, "threading_layer": None, "numba_threads": None}
+    out: dict[str, Any] = {"kernels": m, "numba": None, "threading_layer": None, "numba_threads": None,
+                           "twins": []}
     nb = numba_module() if m != "numpy" else None
     if nb is not None:
         out["numba"] = nb.__version__
         out["threading_layer"] = threading_layer()
         out["numba_threads"] = parallel.threads()
+        out["twins"] = sorted(PAYS) if m == "auto" else "all"
     return out
 
 

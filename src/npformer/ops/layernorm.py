@@ -20,7 +20,7 @@ from . import kernels, parallel
 def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5
                       ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """x (..., C), weight (C,), bias (C,) -> y (..., C). Returns (y, cache)."""
-    if kernels.twins("layernorm_forward") and x.dtype in kernels.FLOATS and x.ndim > 0:
+    if kernels.twins("layernorm_forward", x.size) and x.dtype in kernels.FLOATS and x.ndim > 0:
         from .fused import layernorm as twin  # the compiled twin (numba, on first use)
         kernels.record("layernorm_forward", "numba")
         return twin.layernorm_forward(x, weight, bias, eps)
@@ -57,7 +57,7 @@ def layernorm_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray, np.n
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dx, dweight, dbias)."""
     xhat, rstd, weight = cache
-    if kernels.twins("layernorm_backward") and xhat.dtype in kernels.FLOATS and xhat.ndim > 0:
+    if kernels.twins("layernorm_backward", xhat.size) and xhat.dtype in kernels.FLOATS and xhat.ndim > 0:
         from .fused import layernorm as twin
         kernels.record("layernorm_backward", "numba")
         return twin.layernorm_backward(dy, cache)

@@ -83,7 +83,7 @@ class Adam:
             coef = (lr, wd, self.decoupled, b1, b2, bc1, sqrt_bc2, self.eps)
             m, v = self.m[k], self.v[k]
             flat = [a.reshape(-1) for a in (p, g, m, v)] if all(a.flags.c_contiguous for a in (p, g, m, v)) else None
-            if flat is not None and p.dtype in _TWIN_DTYPES and g.dtype == p.dtype and kernels.twins("adam"):
+            if flat is not None and p.dtype in _TWIN_DTYPES and g.dtype == p.dtype and kernels.twins("adam", p.size):
                 from ..ops.fused.adam import adam_update  # the compiled twin: numba loads on first use
                 adam_update(flat[0], flat[1], flat[2], flat[3], coef)
                 kernels.record("adam", "numba")
