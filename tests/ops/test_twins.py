@@ -227,27 +227,24 @@ def test_adam_twin(dtype, opt):
 
 
 def test_same_bits_on_one_and_two_threads():
-    """The parallel compilations on 2 threads give the serial ones' bits (layer norm's cross-row sums,
-    the loss's row order, the scatter-add's order)."""
+    """The parallel compilations on 2 threads give the serial ones' bits where rows meet: layer norm's
+    weight and bias sums (fixed blocks, added in order) and the scatter-add (each element in the ids'
+    order). The row-wise twins split rows only; each row's arithmetic is the same on any thread."""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((300, 40)).astype(np.float32)
     w, b = rng.standard_normal(40).astype(np.float32), rng.standard_normal(40).astype(np.float32)
     ids = rng.integers(0, 50, (300,))
-    targets = rng.integers(0, 40, 300)
 
     def run():
         y, cache = ops.layernorm_forward(x, w, b)
         dx, dw, db = ops.layernorm_backward(x, cache)
-        loss, cc = ops.cross_entropy_forward(x, targets, label_smoothing=0.1)
-        demb = ops.embedding_backward(x, (ids, (50, 40)))
-        return y, dx, dw, db, loss, ops.cross_entropy_backward(1.0, cc), demb
+        return y, dx, dw, db, ops.embedding_backward(x, (ids, (50, 40)))
 
     with ops.use_kernels("numba"):
         with parallel.limit(1):
             one = run()
         with parallel.limit(2):
             two = run()
-    assert kernels.numba_module().get_num_threads() >= 1
     for a, c in zip(one, two, strict=True):
         assert np.array_equal(a, c)
 
