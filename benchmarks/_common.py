@@ -211,9 +211,20 @@ def machine_block(torch=None, load_start: str | None = None, load_end: str | Non
     lines.append("BLAS variables: " + (", ".join(f"{k}={v}" for k, v in env.items()) or
                                        "none set (OPENBLAS_*, OMP/MKL/GOTO_NUM_THREADS), as on users' machines")
                  + (" -- WARNING: users' machines set no OPENBLAS_* variable" if forced else ""))
+    lines.append(kernels_line())
     load = f"load average (1, 5, 15 min): {load_start or load_text()} at the start"
     lines.append(load + (f", {load_end} at the end" if load_end is not None else ""))
     return lines
+
+
+def kernels_line() -> str:
+    """The ops' kernels (NPFORMER_KERNELS, ops/kernels.py): the setting, which ran so far, numba's version,
+    threading layer and threads."""
+    from npformer.ops import kernels
+    d = kernels.describe()
+    numba = (f"numba {d['numba']}, threading layer {d['threading_layer']}, {d['numba_threads']} thread(s)"
+             if d["numba"] else "numba not in use")
+    return f"kernels: {d['kernels']} ({kernels.summary()}); {numba}"
 
 
 _setup: dict = {}

@@ -155,6 +155,17 @@ def test_the_fresh_environment_imports_npformer_from_the_wheel_and_nothing_from_
     assert _npformer(installed, "--version").split() == ["npformer", installed.version]
 
 
+def test_a_plain_install_runs_the_numpy_references_without_numba(installed):
+    """numba comes only with the fast extra: a plain install runs every op on its NumPy reference."""
+    probe = ("import importlib.util as u, json, numpy as np\nfrom npformer import ops\n"
+             "x = np.ones((512, 512), np.float32)\n"
+             "ops.layernorm_forward(x, np.ones(512, np.float32), np.zeros(512, np.float32))\n"
+             "print(json.dumps([bool(u.find_spec('numba')), ops.kernels_used()]))")
+    seen = json.loads(_run([installed.python, "-c", probe], cwd=installed.cwd, env=installed.env,
+                           what="a layer norm in the fresh environment").stdout)
+    assert seen == [False, {"layernorm_forward": "numpy"}]
+
+
 def test_the_sdist_holds_the_package_the_tests_the_docs_and_the_benchmarks(installed):
     with tarfile.open(installed.sdist) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}

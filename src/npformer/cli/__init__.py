@@ -64,6 +64,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
+        from ..ops import kernels
+        kernels.mode()                  # a bad NPFORMER_KERNELS: one line before any work
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `npformer ... | head`: the reader left early, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

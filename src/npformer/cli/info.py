@@ -62,6 +62,24 @@ def _checkpoint_count(path: Path) -> tuple[int, int]:
     return len(tensors), sum(t.size for t in tensors.values())
 
 
+def _kernels() -> dict:
+    """The ops' kernel setting (ops/kernels.py): which compiled twins it runs, numba's version and threads."""
+    from ..ops import kernels
+    return kernels.describe()
+
+
+def _kernels_text(k: dict) -> str:
+    from ..ops.kernels import AUTO_MIN_ELEMENTS
+    if k["kernels"] == "numpy":
+        return "numpy (the NumPy references; numba not used)"
+    if not k["numba"]:
+        return f"{k['kernels']} (the NumPy references: numba is not installed)"
+    which = ("every compiled twin" if k["twins"] == "all" else
+             f"compiled twins on arrays of {AUTO_MIN_ELEMENTS:,}+ elements: {', '.join(k['twins'])}")
+    return (f"{k['kernels']} ({which}); numba {k['numba']}, threading layer {k['threading_layer']}, "
+            f"{k['numba_threads']} thread(s)")
+
+
 def run(args) -> int:
     from .. import models
     from ..data.tasks import model_kind_classes
@@ -81,9 +99,10 @@ def run(args) -> int:
     if args.dir is not None and (Path(args.dir) / "model.safetensors").is_file():
         checkpoint = _checkpoint_count(Path(args.dir) / "model.safetensors")
 
+    kernels = _kernels()
     if args.json:
         out = {"model": model_name, "kind": kind, "config": config.to_dict(), "parameters": total,
-               "components": {name: n for name, n, _ in rows or []}}
+               "components": {name: n for name, n, _ in rows or []}, "kernels": kernels}
         if args.dir is None:
             out["paper_parameters"] = PAPER_BASE_PARAMS
         if checkpoint is not None:
@@ -92,6 +111,7 @@ def run(args) -> int:
         return 0
 
     print(f"npformer info: {title}")
+    print(f"kernels: {_kernels_text(kernels)}")
     print(f"\n{type(config).__name__}")
     for k, v in config.to_dict().items():
         print(f"  {k:<20} {v}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..ops import layernorm_inference, parallel
+from ..ops.dropout import dropout_add_forward
 from .module import add_grads
 
 if TYPE_CHECKING:
@@ -45,14 +46,20 @@ def sublayer_forward(x: np.ndarray, fn: Callable[..., tuple], norm: LayerNorm, d
     if norm_first:
         h, cn = _norm(norm, x, fast, in_place=False)               # (..., E); x stays for the residual
         y, cf = fn(h)                                              # (..., E)
-        y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)   # in place: y is F's fresh output
-        parallel.add(y, x, out=y)                                  # x + Dropout(F(LN(x))), in place
+        y, cd = _dropout_add(y, x, dropout, rng, fast)             # x + Dropout(F(LN(x))), in place
         return y, SublayerCache(cn, cf, cd)
     y, cf = fn(x)                                                  # (..., E)
-    y, cd = (y, None) if fast else dropout.forward(y, rng, out=y)  # in place: y is F's fresh output
-    parallel.add(y, x, out=y)                                      # x + Dropout(F(x)), in place
+    y, cd = _dropout_add(y, x, dropout, rng, fast)                 # x + Dropout(F(x)), in place
     out, cn = _norm(norm, y, fast, in_place=True)                  # LN(x + Dropout(F(x)))
     return out, SublayerCache(cn, cf, cd)
+
+
+def _dropout_add(y: np.ndarray, x: np.ndarray, dropout: Dropout, rng: np.random.Generator | None,
+                 fast: bool) -> tuple[np.ndarray, Any]:
+    """x + Dropout(y), into y (F's fresh output); the dropout's cache. One pass with the compiled twin."""
+    if fast:
+        return parallel.add(y, x, out=y), None
+    return dropout_add_forward(y, x, dropout.p, rng, training=dropout.training and dropout.p > 0, out=y)
 
 
 def sublayer_backward(dout: np.ndarray, cache: SublayerCache, fn_backward: Callable[..., tuple], norm: LayerNorm,

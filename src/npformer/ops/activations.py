@@ -16,6 +16,9 @@ matrix products of a BERT-sized encoder. The coefficients come from
   erfc(z) = exp(-z^2) F(z) / z with F a degree-24 Chebyshev series in s = 1 - 8 / (z + 3),
   which keeps the relative accuracy of erfc in the far tail (Phi(x) for x << 0).
 - The GELU backward, Phi(x) + x phi(x), reuses the Phi that the forward cached.
+
+With numba (``ops/kernels.py``) the four GELU functions run the compiled twins of
+``ops/fused/activations.py`` (one pass, the bias add fused in; tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import parallel
+from . import kernels, parallel
 
 # erf(x) ~ x P(x^2) / Q(x^2) on [0, 4], float32 path (monomial coefficients, low order first)
 _P = np.array([1.128379139387841, 0.19354420385032708, 0.05310163072817995, 0.0038833065495786495,
@@ -262,8 +265,16 @@ def _relu_backward_block(rows: slice, dy2: np.ndarray, x2: np.ndarray, dx2: np.n
     np.multiply(dy2[rows], x2[rows] > 0, out=dx2[rows])
 
 
-def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """Exact (erf) GELU, y = x Phi(x). Returns (y, cache); the cache holds (x, Phi(x))."""
+def gelu_forward(x: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Exact (erf) GELU, y = x Phi(x). Returns (y, cache); the cache holds (x, Phi(x)).
+    bias (C,): y = gelu(x + bias), the cache then holds x + bias (the twin fuses the add)."""
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_forward", x.size):
+        from .fused import activations as twin  # the compiled twin (numba, on first use)
+        kernels.record("gelu_forward", "numba")
+        return twin.gelu_forward(x, bias, False)
+    kernels.record("gelu_forward", "numpy")
+    if bias is not None:
+        x = x + bias                                              # (..., C)
     if x.dtype == np.float64:
         cdf = _normal_cdf64(x)                                    # (...)
         return x * cdf, (x, cdf)
@@ -287,6 +298,11 @@ def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarra
 def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """dx = dy (Phi(x) + x phi(x)), phi the standard normal density; reuses the forward's Phi."""
     x, cdf = cache
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_backward", x.size):
+        from .fused import activations as twin
+        kernels.record("gelu_backward", "numba")
+        return twin.gelu_backward(dy, cache, False)
+    kernels.record("gelu_backward", "numpy")
     if x.dtype == np.float64:
         return dy * (cdf + x * np.exp(-0.5 * (x * x)) * _RSQRT2PI)
     xf = x.reshape(-1)                                            # contiguous: the forward made it so
@@ -304,11 +320,19 @@ _TANH_C = math.sqrt(2.0 / math.pi)
 _TANH_A = 0.044715
 
 
-def gelu_tanh_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def gelu_tanh_forward(x: np.ndarray, bias: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """GELU's tanh approximation, elementwise, in x's dtype (float32 or float64).
-    Returns (y, cache); the cache holds (x, tanh(u))."""
+    Returns (y, cache); the cache holds (x, tanh(u)). bias (C,): of x + bias, as ``gelu_forward``."""
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"gelu_tanh needs float32 or float64, got dtype {x.dtype}")
+    if x.ndim > 0 and kernels.twins("gelu_tanh_forward", x.size):
+        from .fused import activations as twin
+        kernels.record("gelu_tanh_forward", "numba")
+        return twin.gelu_forward(x, bias, True)
+    kernels.record("gelu_tanh_forward", "numpy")
+    if bias is not None:
+        x = x + bias                                              # (..., C)
     k = x.dtype.type                                              # constants in x's dtype: no upcast
     t = x * x                                                     # (...) x^2
     t *= k(_TANH_A)
@@ -326,6 +350,11 @@ def gelu_tanh_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> 
     """dx = dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)), t = tanh(u), the forward's:
     the product rule on 0.5 x (1 + tanh(u)), with d tanh(u) / du = 1 - t^2 and du/dx = c (1 + 3 a x^2)."""
     x, t = cache
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_tanh_backward", x.size):
+        from .fused import activations as twin
+        kernels.record("gelu_tanh_backward", "numba")
+        return twin.gelu_backward(dy, cache, True)
+    kernels.record("gelu_tanh_backward", "numpy")
     k = x.dtype.type
     du = x * x                                                    # (...)
     du *= k(3.0 * _TANH_A)

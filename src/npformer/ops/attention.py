@@ -57,15 +57,16 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndar
     d = q.shape[-1]
     scale = (1.0 / np.sqrt(d)) if scale is None else scale
     scores = np.matmul(q, np.swapaxes(k, -1, -2))                # (..., Tq, Tk)
-    scores *= q.dtype.type(scale)                                # python float would be fine; keep dtype explicit
-    if bias is not None:
-        scores += bias
     if causal:
         cm = causal_mask(q.shape[-2], k.shape[-2])               # (Tq, Tk)
         mask = cm if mask is None else (mask & cm)
-    if mask is not None:
-        scores += additive_mask(mask, scores.dtype)              # (mask's own broadcast shape)
-    weights, _ = softmax_forward(scores, out=scores)              # (..., Tq, Tk), in place
+    if bias is not None:
+        scores *= q.dtype.type(scale)                            # python float would be fine; keep dtype explicit
+        scores += bias
+        weights, _ = softmax_forward(scores, out=scores, mask=mask)   # (..., Tq, Tk), in place
+    else:
+        # softmax(scale * scores) with the mask's -inf added: the compiled twin fuses both in
+        weights, _ = softmax_forward(scores, out=scores, scale=scale, mask=mask)   # (..., Tq, Tk), in place
     drop = None
     used = weights
     if dropout_p > 0.0:
@@ -97,10 +98,9 @@ def attention_backward(dout: np.ndarray, cache: tuple, dweights: np.ndarray | No
     dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
     if dweights is None:
         dw = attention_weights_grad(dout, cache)                 # (..., Tq, Tk), a fresh array
-        ds = softmax_backward(dw, weights, out=dw)               # (..., Tq, Tk), in place: dw is ours
+        ds = softmax_backward(dw, weights, out=dw, scale=scale)  # (..., Tq, Tk), in place: dw is ours
     else:
-        ds = softmax_backward(dweights, weights)                 # (..., Tq, Tk), fresh: dweights is theirs
-    ds *= q.dtype.type(scale)
+        ds = softmax_backward(dweights, weights, scale=scale)    # (..., Tq, Tk), fresh: dweights is theirs
     dq = np.matmul(ds, k)                                        # (..., Tq, D)
     dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
     return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)

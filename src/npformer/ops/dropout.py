@@ -9,12 +9,15 @@ the generator's work of a float32 uniform (two elements per 64-bit output, no co
 then depends on the seed and the array's shape, never on the thread count; it is not the mask the
 one stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: values, keep rate,
 independence of the blocks, any thread count).
+
+``dropout_add_forward`` is dropout followed by the residual sum; with numba (``ops/kernels.py``) it
+runs the compiled twin ``ops/fused/dropout.py`` on the same draws (tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import parallel
+from . import kernels, parallel
 
 
 def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, training: bool = True,
@@ -46,11 +49,55 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
 def _forward_block(rows: slice, x2: np.ndarray, cut: np.uint32, scale: np.floating, root: int, per_block: int,
                    y2: np.ndarray, mask2: np.ndarray) -> None:
     """One block's mask from its own stream (block rows.start // per_block), and y = x * mask."""
-    bits = np.random.SFC64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,)))
     m = mask2[rows]                                                  # (r, N)
-    u = bits.random_raw((m.size + 1) // 2).view(np.uint32)[: m.size].reshape(m.shape)   # (r, N) 32-bit draws
-    np.multiply(u >= cut, scale, out=m)                              # 0 or scale
+    np.multiply(_block_draws(rows, root, per_block, m.shape) >= cut, scale, out=m)   # 0 or scale
     np.multiply(x2[rows], m, out=y2[rows])
+
+
+def _block_draws(rows: slice, root: int, per_block: int, shape: tuple[int, ...]) -> np.ndarray:
+    """The 32-bit draws of the block ``rows`` (shape (r, N)), from the block's own stream."""
+    bits = np.random.SFC64(np.random.SeedSequence(root, spawn_key=(rows.start // per_block,)))
+    size = shape[0] * shape[1]
+    return bits.random_raw((size + 1) // 2).view(np.uint32)[:size].reshape(shape)   # (r, N)
+
+
+def keep_draws(x: np.ndarray, p: float, rng: np.random.Generator, out: np.ndarray | None = None) -> np.ndarray:
+    """The keep mask (bool, x's shape) that ``dropout_forward(x, p, rng, out=out)`` draws, from the same
+    draws of ``rng``: the compiled twin makes its mask from it."""
+    if parallel.blocked(x, out, one_thread_from=0):
+        root = int(rng.integers(0, 1 << 63))
+        cut = np.uint32(min(round(p * 2.0**32), 2**32 - 1))
+        n = x.shape[-1]
+        keep = np.empty(x.shape, dtype=bool)                                 # (...)
+        parallel.map_rows(_keep_block, x.size // n, n, cut, root, parallel.rows_per_block(n), keep.reshape(-1, n))
+        return keep
+    return rng.random(x.shape, dtype=np.float32) >= np.float32(p)          # (...)
+
+
+def _keep_block(rows: slice, cut: np.uint32, root: int, per_block: int, keep2: np.ndarray) -> None:
+    k = keep2[rows]                                                  # (r, N)
+    np.greater_equal(_block_draws(rows, root, per_block, k.shape), cut, out=k)
+
+
+def dropout_add_forward(y: np.ndarray, x: np.ndarray, p: float, rng: np.random.Generator | None,
+                        training: bool = True, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The residual sum after dropout, ``dropout(y) + x`` (y, x of one shape). Returns (sum, dropout's
+    cache). ``out`` may be ``y`` itself. The compiled twin makes the mask and the sum in one pass,
+    from the same draws."""
+    if (training and p != 0.0 and rng is not None and 0.0 < p < 1.0 and y.dtype in kernels.FLOATS
+            and x.shape == y.shape and x.dtype == y.dtype and y.ndim > 0 and y.shape[-1] > 0
+            and all(a.flags.c_contiguous for a in (y, x) + (() if out is None else (out,)))
+            and (out is None or (out.shape == y.shape and out.dtype == y.dtype))
+            and kernels.twins("dropout_add_forward", y.size)):
+        from .fused import dropout as twin  # the compiled twin (numba, on first use)
+        kernels.record("dropout_add_forward", "numba")
+        keep = keep_draws(y, p, rng, out)                                   # (...)
+        return twin.dropout_add_forward(y, x, keep, y.dtype.type(1.0 / (1.0 - p)), out)
+    kernels.record("dropout_add_forward", "numpy")
+    d, mask = dropout_forward(y, p, rng, training, out=out)                 # (...)
+    if d is y and out is None:                                              # no dropout: a fresh sum
+        return parallel.add(y, x), mask
+    return parallel.add(d, x, out=d), mask
 
 
 def dropout_backward(dy: np.ndarray, cache: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:

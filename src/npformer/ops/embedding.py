@@ -1,10 +1,14 @@
 """Embedding lookup, and its backward that sums over repeated ids.
 
 Dimension legend: ``...`` index dims, ``V`` vocabulary, ``C`` embedding size.
+With numba (``ops/kernels.py``) the backward's scatter-add runs the compiled twin ``ops/fused/embedding.py``
+(the same order of additions; tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from . import kernels
 
 
 def embedding_forward(ids: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, tuple[int, ...]]]:
@@ -24,5 +28,11 @@ def embedding_backward(dout: np.ndarray, cache: tuple[np.ndarray, tuple[int, ...
         dweight = np.zeros(shape, dtype=dout.dtype)               # (V, C)
     elif dweight.shape != shape or dweight.dtype != dout.dtype:
         raise ValueError(f"dweight must be {shape} {dout.dtype} to add into, got {dweight.shape} {dweight.dtype}")
+    if (dweight.dtype in kernels.FLOATS and dweight.flags.c_contiguous
+            and kernels.twins("embedding_backward", dout.size)):
+        from .fused import embedding as twin  # the compiled twin (numba, on first use)
+        kernels.record("embedding_backward", "numba")
+        return twin.embedding_backward(ids, dout, dweight)
+    kernels.record("embedding_backward", "numpy")
     np.add.at(dweight, ids.reshape(-1), dout.reshape(-1, shape[1]))
     return dweight

@@ -7,17 +7,24 @@ The reference op; its forward-only fast twin for inference is ``ops/inference.py
 Large arrays run the same code on row blocks (``ops/parallel.py``: one thread unless asked, pinned by
 tests/ops/test_parallel.py): every row's values are the same bits; the weight and bias gradients
 add the blocks' partial sums in block order, the same for any thread count.
+With numba (``ops/kernels.py``) both run the compiled twin ``ops/fused/layernorm.py`` (one pass per row;
+tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import parallel
+from . import kernels, parallel
 
 
 def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5
                       ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """x (..., C), weight (C,), bias (C,) -> y (..., C). Returns (y, cache)."""
+    if kernels.twins("layernorm_forward", x.size) and x.dtype in kernels.FLOATS and x.ndim > 0:
+        from .fused import layernorm as twin  # the compiled twin (numba, on first use)
+        kernels.record("layernorm_forward", "numba")
+        return twin.layernorm_forward(x, weight, bias, eps)
+    kernels.record("layernorm_forward", "numpy")
     y, xhat = np.empty_like(x), np.empty_like(x)                   # (..., C)
     rstd = np.empty((*x.shape[:-1], 1), dtype=x.dtype)             # (..., 1)
     if parallel.blocked(x, one_thread_from=parallel.ONE_THREAD_MIN):
@@ -50,6 +57,11 @@ def layernorm_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray, np.n
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dx, dweight, dbias)."""
     xhat, rstd, weight = cache
+    if kernels.twins("layernorm_backward", xhat.size) and xhat.dtype in kernels.FLOATS and xhat.ndim > 0:
+        from .fused import layernorm as twin
+        kernels.record("layernorm_backward", "numba")
+        return twin.layernorm_backward(dy, cache)
+    kernels.record("layernorm_backward", "numpy")
     dx = np.empty_like(xhat)                                      # (..., C)
     if parallel.blocked(dy, xhat, one_thread_from=0):        # the sums depend on the blocks: any thread count
         c = xhat.shape[-1]

@@ -7,12 +7,14 @@
 Dimension legend: ``N`` rows (tokens), ``C`` classes.
 Large logits run the same row-wise code on row blocks (``ops/parallel.py``;
 pinned by tests/ops/test_parallel.py): the same bits for every row.
+With numba (``ops/kernels.py``) both run the compiled twin ``ops/fused/losses.py``, whose cache holds
+the logits and two numbers a row instead of the (N, C) exponentials (tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import parallel, workspace
+from . import kernels, parallel, workspace
 
 
 def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
@@ -31,6 +33,12 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     # s = sum_c exp(z), -log p[n, c] = log s - z[n, c], so the loss needs only z at the targets
     # (and the row mean of z for smoothing), taken before the exp overwrites z.
     safe_t = np.where(valid, targets, 0)                           # (N,)
+    if (logits.dtype in kernels.FLOATS and logits.flags.c_contiguous
+            and kernels.twins("cross_entropy_forward", logits.size)):
+        from .fused import losses as twin  # the compiled twin (numba, on first use)
+        kernels.record("cross_entropy_forward", "numba")
+        return twin.cross_entropy_forward(logits, safe_t.astype(np.intp, copy=False), valid, label_smoothing)
+    kernels.record("cross_entropy_forward", "numpy")
     e = workspace.empty(logits.shape, logits.dtype)                # (N, C)
     z_t, s = np.empty(n, logits.dtype), np.empty(n, logits.dtype)  # (N,) each
     z_mean = np.empty(n, logits.dtype) if label_smoothing > 0.0 else None   # (N,)
@@ -54,6 +62,11 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
 
 def cross_entropy_backward(dloss: np.ndarray | float, cache: tuple) -> np.ndarray:
     """Returns dlogits (N, C): (softmax - smoothed one-hot) / count on the non-ignored rows."""
+    if isinstance(cache, kernels.TwinCache):                       # the forward ran the twin
+        from .fused import losses as twin
+        kernels.record("cross_entropy_backward", "numba")
+        return twin.cross_entropy_backward(float(dloss), cache)
+    kernels.record("cross_entropy_backward", "numpy")
     e, s, safe_t, valid, count, eps = cache
     n, c = e.shape
     f = e.dtype.type

@@ -4,20 +4,36 @@ Shapes: any leading dimensions ``...``, softmax over the last one.
 Inference attention (``ops/inference.py attention_inference``) exponentiates its scores in place instead.
 Large arrays run the same code on row blocks (``ops/parallel.py``; the twin is
 pinned by tests/ops/test_parallel.py): each row's result is the same bits either way.
+With numba (``ops/kernels.py``) both directions run the compiled twin ``ops/fused/softmax.py``, with
+attention's scale and mask fused in (tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import parallel
+from . import kernels, parallel
 
 
-def softmax_forward(x: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def softmax_forward(x: np.ndarray, out: np.ndarray | None = None, scale: float | None = None,
+                    mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """y = exp(x - max) / sum(exp(x - max)) over the last axis. Returns (y, cache).
 
     A row that is all -inf (every key masked) gives a row of zeros, not NaN.
-    ``out`` may be ``x`` itself to work in place.
+    ``out`` may be ``x`` itself to work in place. scale: the softmax of ``scale * x``; mask: boolean,
+    broadcastable to x, False where a position gets weight 0 (attention's; the twin fuses both in).
     """
+    if _twin_ok("softmax_forward", x, out):
+        from .fused import softmax as twin  # the compiled twin (numba, on first use)
+        kernels.record("softmax_forward", "numba")
+        return twin.softmax_forward(x, out, 1.0 if scale is None else scale, mask)
+    kernels.record("softmax_forward", "numpy")
+    if scale is not None:
+        x = np.multiply(x, x.dtype.type(scale), out=out)            # (..., N)
+        out = x
+    if mask is not None:
+        if out is None:
+            x = out = x.copy()                                      # (..., N)
+        x += np.where(mask, x.dtype.type(0), x.dtype.type(-np.inf))  # (mask's own broadcast shape)
     if parallel.blocked(x, out, one_thread_from=parallel.ONE_THREAD_MIN):
         y = np.empty_like(x) if out is None else out                # (..., N)
         n = x.shape[-1]
@@ -47,10 +63,30 @@ def _softmax(x: np.ndarray, out: np.ndarray | None) -> tuple[np.ndarray, np.ndar
     return y, y
 
 
-def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def softmax_backward(dy: np.ndarray, cache: np.ndarray, out: np.ndarray | None = None,
+                     scale: float | None = None) -> np.ndarray:
     """dx = y * (dy - sum(dy * y)) over the last axis, never the full Jacobian.
-    ``out`` may be ``dy`` itself to work in place."""
+    ``out`` may be ``dy`` itself to work in place. scale: the forward's, multiplied into dx."""
     y = cache
+    if _twin_ok("softmax_backward", y, out) and dy.shape == y.shape:
+        from .fused import softmax as twin
+        kernels.record("softmax_backward", "numba")
+        return twin.softmax_backward(dy, y, out, 1.0 if scale is None else scale)
+    kernels.record("softmax_backward", "numpy")
+    dx = _softmax_backward_numpy(dy, y, out)
+    if scale is not None:
+        dx *= dx.dtype.type(scale)
+    return dx
+
+
+def _twin_ok(op: str, x: np.ndarray, out: np.ndarray | None) -> bool:
+    """Whether the twin takes this call: a float array of whole C-contiguous rows (and ``out`` alike)."""
+    return (x.dtype in kernels.FLOATS and x.ndim > 0 and x.shape[-1] > 0 and x.flags.c_contiguous
+            and (out is None or (out.flags.c_contiguous and out.shape == x.shape and out.dtype == x.dtype))
+            and kernels.twins(op, x.size))
+
+
+def _softmax_backward_numpy(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if parallel.blocked(dy, y, out, one_thread_from=parallel.ONE_THREAD_MIN):
         dx = np.empty_like(dy) if out is None else out              # (..., N)
         n = dy.shape[-1]

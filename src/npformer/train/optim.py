@@ -15,6 +15,8 @@ before the Adam step ("decoupled" decay), as ``torch.optim.AdamW`` does.
 
 The optimizer holds no copy of the parameters: ``params`` is the model's ``state_dict()``, whose
 arrays are the ones the modules compute with, and every update writes into them with ``out=``.
+With numba (``ops/kernels.py``), ``step`` runs the compiled twin ``ops/fused/adam.py``: the same
+formulas, one pass over p, g, m and v (tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..ops import parallel, workspace
+from ..ops import kernels, parallel, workspace
+
+_TWIN_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Adam:
@@ -79,6 +83,12 @@ class Adam:
             coef = (lr, wd, self.decoupled, b1, b2, bc1, sqrt_bc2, self.eps)
             m, v = self.m[k], self.v[k]
             flat = [a.reshape(-1) for a in (p, g, m, v)] if all(a.flags.c_contiguous for a in (p, g, m, v)) else None
+            if flat is not None and p.dtype in _TWIN_DTYPES and g.dtype == p.dtype and kernels.twins("adam", p.size):
+                from ..ops.fused.adam import adam_update  # the compiled twin: numba loads on first use
+                adam_update(flat[0], flat[1], flat[2], flat[3], coef)
+                kernels.record("adam", "numba")
+                continue
+            kernels.record("adam", "numpy")
             if flat is not None and parallel.blocked(*flat, one_thread_from=parallel.ONE_THREAD_MIN):
                 # large: the same update on flat blocks on a few threads (ops/parallel.py), the same bits
                 parallel.map_rows(_update_block, p.size, 1, *flat, coef)

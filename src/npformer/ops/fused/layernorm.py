@@ -1,0 +1,86 @@
+"""Layer norm's twin, forward and backward: one pass over a row for each.
+
+Mirrors ``ops/layernorm.py`` (``_forward``, ``_backward`` and the weight and bias sums); pinned by
+tests/ops/test_twins.py (test_layernorm_twin). Sums run in float64 along each row; the weight and
+bias gradients add fixed blocks of ROWS rows each, then the blocks in order, so any thread count
+gives the same bits. Dimension legend: R rows, C features.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from ..kernels import Kernel
+
+ROWS = 64                     # rows per block of the weight and bias sums (by shape alone)
+
+
+def _forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float,
+             y: np.ndarray, xhat: np.ndarray, rstd: np.ndarray) -> None:
+    r, c = x.shape
+    for i in prange(r):
+        s = 0.0
+        for j in range(c):
+            s += x[i, j]
+        mean = s / c
+        q = 0.0
+        for j in range(c):
+            d = x[i, j] - mean
+            q += d * d
+        rs = 1.0 / np.sqrt(q / c + eps)
+        rstd[i] = rs
+        for j in range(c):
+            h = (x[i, j] - mean) * rs
+            xhat[i, j] = h
+            y[i, j] = h * weight[j] + bias[j]
+
+
+def _backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray, dx: np.ndarray,
+              parts: np.ndarray) -> None:
+    # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * weight
+    r, c = dy.shape
+    for b in prange(parts.shape[0]):
+        for i in range(b * ROWS, min(r, (b + 1) * ROWS)):
+            s1 = 0.0
+            s2 = 0.0
+            for j in range(c):
+                d = dy[i, j] * weight[j]
+                s1 += d
+                s2 += d * xhat[i, j]
+                parts[b, 0, j] += dy[i, j] * xhat[i, j]
+                parts[b, 1, j] += dy[i, j]
+            m1, m2 = s1 / c, s2 / c
+            for j in range(c):
+                dx[i, j] = (dy[i, j] * weight[j] - m1 - xhat[i, j] * m2) * rstd[i]
+
+
+forward_kernel = Kernel(_forward)
+backward_kernel = Kernel(_backward)
+
+
+def layernorm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float
+                      ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """As the reference: x (..., C) -> y (..., C), cache (xhat, rstd (..., 1), weight)."""
+    c = x.shape[-1]
+    x2 = np.ascontiguousarray(x).reshape(-1, c)                       # (R, C)
+    y, xhat = np.empty_like(x2), np.empty_like(x2)                    # (R, C)
+    rstd = np.empty(x2.shape[0], dtype=x.dtype)                       # (R,)
+    forward_kernel(x2, np.ascontiguousarray(weight, x.dtype), np.ascontiguousarray(bias, x.dtype), float(eps),
+                   y, xhat, rstd)
+    lead = x.shape[:-1]
+    return y.reshape(x.shape), (xhat.reshape(x.shape), rstd.reshape(*lead, 1), weight)
+
+
+def layernorm_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray, np.ndarray]
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xhat, rstd, weight = cache
+    c = xhat.shape[-1]
+    dy2 = np.ascontiguousarray(dy, xhat.dtype).reshape(-1, c)         # (R, C)
+    xhat2 = np.ascontiguousarray(xhat).reshape(-1, c)                 # (R, C)
+    dx = np.empty_like(xhat2)                                         # (R, C)
+    r = dy2.shape[0]
+    parts = np.zeros(((r + ROWS - 1) // ROWS, 2, c))                  # (blocks, 2, C) float64 partial sums
+    backward_kernel(dy2, xhat2, np.ascontiguousarray(rstd).reshape(-1), np.ascontiguousarray(weight, xhat.dtype),
+                    dx, parts)
+    sums = np.add.reduce(parts, axis=0) if r else np.zeros((2, c))    # (2, C) the blocks in order
+    return dx.reshape(xhat.shape), sums[0].astype(xhat.dtype), sums[1].astype(xhat.dtype)

@@ -1,0 +1,250 @@
+"""Which implementation an op runs: its NumPy reference, or its compiled twin (``ops/fused/``).
+
+Every op that has a twin keeps its NumPy reference as the code a learner reads and the
+specification the twin is tested against (tests/ops/test_twins.py). The choice:
+
+- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, on arrays of 128K
+  elements or more, when numba imports),
+  ``numba`` (every twin; an error if numba is missing) or ``numpy`` (the references only);
+- ``use_kernels(mode)`` sets the same in code, for the whole process, and restores the previous
+  setting when used as a context manager (``with ops.use_kernels("numpy"): ...``);
+- ``kernels_used()`` maps each op to the implementation its latest call ran (``"numba"`` or
+  ``"numpy"``); ``clear_used()`` forgets them.
+
+numba is imported on a twin's first call, never by ``import npformer`` (``pip install "npformer[fast]"``
+brings it). Each kernel compiles on first use with numba's cache on disk (``cache=True``); where no
+cache directory is writable it compiles without one and warns once.
+
+Threads: a kernel runs its ``prange`` loops on ``parallel.threads()`` threads (``parallel.limit(n)``;
+1 by default). Two compilations exist per kernel, made when first needed: a serial one, used on one
+thread, from any thread other than the main one unless numba's threading layer is thread-safe
+(``tbb`` or ``omp``; pip's numba may have only ``workqueue``, which a second thread entering a
+parallel region at the same time can bring down), and in a forked child (a parallel pool
+started in the parent does not survive a fork); and a parallel one otherwise. The kernels split
+their work by the array's shape alone and sum across rows in a fixed order, so both give the same bits.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import parallel
+
+MODES = ("auto", "numba", "numpy")
+ENV = "NPFORMER_KERNELS"
+SAFE_LAYERS = ("tbb", "omp")          # numba's thread-safe threading layers
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))   # the dtypes the twins are compiled for
+
+_override: str | None = None          # use_kernels' setting; None: the environment's
+_used: dict[str, str] = {}
+_numba: Any = None                    # the numba module once imported
+_numba_tried = False
+_lock = threading.Lock()
+_forked = False                       # in a forked child: serial kernels only
+_cache_warned = False
+
+
+def check_mode(mode: object, where: str = "kernels") -> str:
+    """``mode`` if it is one of MODES, else a ValueError naming ``where`` and the choices."""
+    if mode not in MODES:
+        raise ValueError(f"{where} must be one of {', '.join(MODES)}, got {mode!r}")
+    return str(mode)
+
+
+def mode() -> str:
+    """The kernel setting now: ``use_kernels``' if set, else ``NPFORMER_KERNELS`` (default auto)."""
+    if _override is not None:
+        return _override
+    return check_mode(os.environ.get(ENV, "auto") or "auto", ENV)
+
+
+class use_kernels:
+    """``use_kernels("numba" | "numpy" | "auto")`` sets the kernels for the process; as a context
+    manager it restores the previous setting on leaving. ``None`` returns to ``NPFORMER_KERNELS``."""
+
+    def __init__(self, mode: str | None) -> None:
+        global _override
+        if mode is not None:
+            check_mode(mode)
+            if mode == "numba":
+                _require_numba()
+        self._old, _override = _override, mode
+
+    def __enter__(self) -> use_kernels:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _override
+        _override = self._old
+
+
+def numba_module() -> Any:
+    """numba, imported on first use; None where it is not installed."""
+    global _numba, _numba_tried
+    if not _numba_tried:
+        with _lock:
+            if not _numba_tried:
+                try:
+                    import numba
+                    _numba = numba
+                except ImportError:
+                    _numba = None
+                _numba_tried = True
+    return _numba
+
+
+def _require_numba() -> Any:
+    nb = numba_module()
+    if nb is None:
+        raise ValueError(f"{ENV}=numba needs numba, which is not installed: pip install 'npformer[fast]'")
+    return nb
+
+
+# The twins that auto runs: those whose paired benchmark (benchmarks/bench_twins.py, a (2048, 512) float32
+# step's arrays, one thread) gave a median ratio twin / reference of 0.9 or less. Provisional figures, from
+# 21 pairs on a 2-core Xeon loaded by other work: the embedding backward 0.49 (IQR 0.45-0.58), layer norm
+# forward+backward 0.68 (0.55-1.44). Not kept (docs/DESIGN.md): Adam 0.94, softmax with scale and mask
+# 1.07, exact GELU 2.55, GELU tanh 2.66, dropout with the residual add 2.70, cross-entropy 3.88.
+# ``numba`` runs every twin.
+PAYS = frozenset({"embedding_backward", "layernorm_forward", "layernorm_backward"})
+
+
+# auto takes a twin for arrays of this many elements or more (ops/parallel.py's MIN_ELEMENTS, 128K): the
+# sizes bench_twins measured. Small models gain nothing from a twin, and a process that never meets a
+# large array never imports numba nor loads a kernel (about 1 s).
+AUTO_MIN_ELEMENTS = 1 << 17
+
+
+def twins(op: str, size: int) -> bool:
+    """Whether ``op`` on an array of ``size`` elements runs its compiled twin now: on ``numba`` every
+    twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more, when numba imports; on
+    ``numpy`` none."""
+    m = mode()
+    if m == "numpy":
+        return False
+    if m == "numba":
+        _require_numba()
+        return True
+    return op in PAYS and size >= AUTO_MIN_ELEMENTS and numba_module() is not None
+
+
+def record(op: str, impl: str) -> None:
+    """Note that ``op`` ran ``impl`` (``"numba"`` or ``"numpy"``)."""
+    _used[op] = impl
+
+
+def kernels_used() -> dict[str, str]:
+    """op name -> the implementation its latest call ran, ``"numba"`` or ``"numpy"``."""
+    return dict(_used)
+
+
+def clear_used() -> None:
+    _used.clear()
+
+
+def summary() -> str:
+    """One line: the ops that ran on each implementation (for ``npformer info`` and the benchmarks)."""
+    by: dict[str, list[str]] = {}
+    for op, impl in sorted(_used.items()):
+        by.setdefault(impl, []).append(op)
+    return "; ".join(f"{impl}: {', '.join(ops)}" for impl, ops in sorted(by.items())) or "no op has run yet"
+
+
+def describe() -> dict[str, Any]:
+    """The setting, numba's version, its threading layer and thread count, and the twins the setting runs
+    (auto: PAYS, on arrays of AUTO_MIN_ELEMENTS or more); numba is not imported when the setting is numpy."""
+    m = mode()
+    out: dict[str, Any] = {"kernels": m, "numba": None, "threading_layer": None, "numba_threads": None,
+                           "twins": []}
+    nb = numba_module() if m != "numpy" else None
+    if nb is not None:
+        out["numba"] = nb.__version__
+        out["threading_layer"] = threading_layer()
+        out["numba_threads"] = parallel.threads()
+        out["twins"] = sorted(PAYS) if m == "auto" else "all"
+    return out
+
+
+def threading_layer() -> str:
+    """numba's threading layer once a parallel kernel has run, else what it would choose."""
+    nb = numba_module()
+    if nb is None:
+        return "none"
+    try:
+        return str(nb.threading_layer())
+    except ValueError:        # no parallel region has run yet
+        return f"not started (config: {nb.config.THREADING_LAYER})"
+
+
+class TwinCache(tuple):
+    """A cache made by a twin whose backward needs its own twin (the reference's cache differs)."""
+
+    __slots__ = ()
+
+
+def _variant(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
+    """A copy of fn under its own qualified name, so that its two compilations have their own cache files."""
+    g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
+    g.__qualname__ = fn.__qualname__ + suffix
+    g.__module__ = fn.__module__
+    return g
+
+
+def _compile(fn: Callable[..., Any], parallel_: bool) -> Any:
+    global _cache_warned
+    nb = _require_numba()
+    py = _variant(fn, "__parallel" if parallel_ else "__serial")
+    try:
+        return nb.njit(cache=True, parallel=parallel_, error_model="numpy")(py)
+    except RuntimeError as e:                           # no writable cache directory
+        if not _cache_warned:
+            _cache_warned = True
+            warnings.warn(f"npformer: numba kernels compile without a cache ({e}); set NUMBA_CACHE_DIR to a "
+                          "writable directory to keep them between runs", RuntimeWarning, stacklevel=3)
+        return nb.njit(cache=False, parallel=parallel_, error_model="numpy")(py)
+
+
+class Kernel:
+    """A twin's kernel: ``fn`` (with ``prange`` loops) compiled serial or parallel when first called."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self._serial: Any = None
+        self._parallel: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        n = parallel.threads()
+        if n > 1 and not _forked and _parallel_allowed():
+            nb = _numba
+            if self._parallel is None:
+                self._parallel = _compile(self.fn, True)
+            nb.set_num_threads(min(n, nb.config.NUMBA_NUM_THREADS))
+            return self._parallel(*args)
+        if self._serial is None:
+            self._serial = _compile(self.fn, False)
+        return self._serial(*args)
+
+
+def _parallel_allowed() -> bool:
+    """Parallel kernels from this thread: the main thread, or any thread under a thread-safe layer."""
+    if threading.current_thread() is threading.main_thread():
+        return True
+    try:
+        return str(_numba.threading_layer()) in SAFE_LAYERS
+    except ValueError:
+        return False
+
+
+def _after_fork() -> None:
+    global _forked
+    _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,263 @@
+"""Each compiled twin (ops/fused/) against its NumPy reference: float64 within 1e-12, float32 within
+1e-6 per tensor (||twin - ref|| / ||ref||), exact zeros kept, the same bits on 1 and 2 threads, and
+``kernels_used()`` showing that the twin itself ran. Under CI (CI=true) a missing numba fails.
+Few shapes and dtypes on purpose: every signature is a compilation (cached on disk after the first run)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from npformer import ops
+from npformer.ops import kernels, parallel
+from npformer.train.optim import Adam, AdamW
+
+TOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-6}
+
+
+@pytest.fixture(autouse=True)
+def _numba_present():
+    if kernels.numba_module() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("numba is missing under CI: install npformer[fast]")
+        pytest.skip("numba is not installed (pip install 'npformer[fast]')")
+    ops.clear_used()
+
+
+def both(op_names, fn, *args, **kw):
+    """fn(*args) on the twins, then on the references (each on fresh copies of the array arguments);
+    asserts that every op in op_names ran its twin, then its reference."""
+    copy = lambda: [a.copy() if isinstance(a, np.ndarray) else a for a in args]  # noqa: E731
+    with ops.use_kernels("numba"):
+        twin = fn(*copy(), **kw)
+    used = ops.kernels_used()
+    assert all(used.get(n) == "numba" for n in op_names), used
+    with ops.use_kernels("numpy"):
+        ref = fn(*copy(), **kw)
+    used = ops.kernels_used()
+    assert all(used.get(n) == "numpy" for n in op_names), used
+    return twin, ref
+
+
+def close(got, want, zeros=True):
+    """Per-tensor relative error within the dtype's tolerance; where want is exactly 0, got is too."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype, want.dtype)
+    if want.size == 0:
+        return
+    if np.isnan(want).any() or np.isnan(got).any():
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        got, want = np.nan_to_num(got), np.nan_to_num(want)
+    w64, g64 = want.astype(np.float64), got.astype(np.float64)
+    err = np.linalg.norm(g64 - w64)
+    assert err <= TOL[want.dtype] * max(np.linalg.norm(w64), 1e-300), err / max(np.linalg.norm(w64), 1e-300)
+    if zeros:
+        assert np.all(got[want == 0] == 0)
+
+
+DTYPES = [np.float64, np.float32]
+SHAPES = [(1, 7), (5, 33), (2, 3, 64)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layernorm_twin(dtype, shape):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)
+    x.reshape(-1, shape[-1])[0] = 2.5                                 # a constant row: var 0, xhat 0
+    w, b = rng.standard_normal(shape[-1]).astype(dtype), rng.standard_normal(shape[-1]).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+
+    def run(x, w, b, dy):
+        y, cache = ops.layernorm_forward(x, w, b)
+        return (y, cache[0], cache[1], *ops.layernorm_backward(dy, cache))
+
+    for t, r in zip(*both(["layernorm_forward", "layernorm_backward"], run, x, w, b, dy), strict=True):
+        close(t, r, zeros=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["erf", "tanh"])
+def test_gelu_twin(dtype, form):
+    rng = np.random.default_rng(2)
+    fwd, bwd = (ops.gelu_forward, ops.gelu_backward) if form == "erf" else (ops.gelu_tanh_forward,
+                                                                             ops.gelu_tanh_backward)
+    names = ["gelu_forward", "gelu_backward"] if form == "erf" else ["gelu_tanh_forward", "gelu_tanh_backward"]
+    extremes = np.array([-30.0, -12.0, -5.0, -2.9, -1e-3, 0.0, 1e-3, 2.9, 5.0, 12.0])
+    for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1))):
+        x = x.astype(dtype)
+        dy = rng.standard_normal(x.shape).astype(dtype)
+        for bias in (None, rng.standard_normal(x.shape[-1]).astype(dtype)):
+            def run(x, dy, bias=bias):
+                y, cache = fwd(x, bias)
+                return y, cache[0], cache[1], bwd(dy, cache)
+            for t, r in zip(*both(names, run, x, dy), strict=True):
+                close(t, r, zeros=False)
+
+
+def _mask(rng, shape):
+    m = rng.random(shape) > 0.3
+    m[0, 0, -1] = False                                               # one row with every key masked
+    m[..., 0] |= True
+    m[0, 0, -1] = False
+    m[0, 0, :] = False
+    return m
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_twin(dtype):
+    rng = np.random.default_rng(3)
+    for shape in [(1, 1, 5), (2, 7, 33)]:
+        x = (rng.standard_normal(shape) * 4).astype(dtype)
+        x[-1, -1, 0] = 300.0                                          # exp would overflow without the max
+        dy = rng.standard_normal(shape).astype(dtype)
+        mask = _mask(rng, shape)
+
+        def run(x, dy, scale, mask):
+            y, cache = ops.softmax_forward(x, out=x, scale=scale, mask=mask)
+            return y.copy(), ops.softmax_backward(dy, cache, out=dy, scale=scale)
+
+        for scale, m in [(None, None), (0.125, mask), (0.3, mask[:, :1, :])]:
+            for t, r in zip(*both(["softmax_forward", "softmax_backward"], run, x, dy, scale, m), strict=True):
+                close(t, r, zeros=False)                              # float32 underflow may differ
+            if m is not None:
+                y, _ = run(x.copy(), dy.copy(), scale, m)
+                assert np.all(y[~np.broadcast_to(m, shape)] == 0)    # masked positions: exact zeros
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_runs_the_softmax_twin(dtype):
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 3, 6, 8)).astype(dtype) for _ in range(3))
+    dout = rng.standard_normal((2, 3, 6, 8)).astype(dtype)
+    pad = np.ones((2, 1, 1, 6), bool)
+    pad[1, ..., 4:] = False
+
+    def run(q, k, v, dout):
+        out, w, cache = ops.attention_forward(q, k, v, mask=pad, causal=True)
+        return (out, w, *ops.attention_backward(dout, cache))
+
+    twin, ref = both(["softmax_forward", "softmax_backward"], run, q, k, v, dout)
+    for t, r in zip(twin, ref, strict=True):
+        close(t, r, zeros=False)
+    allowed = pad & ops.causal_mask(6, 6)                             # (2, 1, 6, 6)
+    assert np.all(twin[1][~np.broadcast_to(allowed, twin[1].shape)] == 0)   # masked weights: exact zeros
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 17), (256, 513)])   # the one stream, and the row blocks' streams
+def test_dropout_add_twin(dtype, shape):
+    rng = np.random.default_rng(5)
+    y, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+
+    def run(y, x, seed):
+        out, mask = ops.dropout_add_forward(y, x, 0.3, np.random.default_rng(seed), out=y)
+        return out, mask
+
+    (t_out, t_mask), (r_out, r_mask) = both(["dropout_add_forward"], run, y, x, 7)
+    assert np.array_equal(t_mask, r_mask)                             # the same draws, the same mask
+    close(t_out, r_out)
+    assert np.array_equal(t_out[t_mask == 0], x[t_mask == 0])         # dropped units: x exactly
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_twin(dtype):
+    rng = np.random.default_rng(6)
+    for n, c in [(1, 3), (9, 31)]:
+        logits = (rng.standard_normal((n, c)) * 5).astype(dtype)
+        targets = rng.integers(0, c, n)
+        if n > 1:
+            targets[2] = -100                                         # an ignored row
+        for smoothing in (0.0, 0.1):
+            def run(logits, targets, smoothing=smoothing):
+                loss, cache = ops.cross_entropy_forward(logits, targets, label_smoothing=smoothing)
+                return loss, ops.cross_entropy_backward(np.asarray(1.5, dtype), cache)
+
+            (tl, td), (rl, rd) = both(["cross_entropy_forward", "cross_entropy_backward"], run, logits, targets)
+            close(tl, rl)
+            if dtype == np.float32 and n == 1:
+                # one row: the target's entry is p r - (1 - eps) r, a cancellation in which the float32
+                # reference's own rounding is above 1e-6 of the tensor; the twin rounds once, and must be
+                # at least as close as the reference to the float64 reference on the same inputs
+                with ops.use_kernels("numpy"):
+                    _, td64 = run(logits.astype(np.float64), targets)
+                assert np.linalg.norm(td - td64) <= np.linalg.norm(rd - td64)
+            else:
+                close(td, rd)
+            if n > 1:
+                assert np.all(td[2] == 0)                             # the ignored row: exact zeros
+    with ops.use_kernels("numba"):                                    # every row ignored: NaN, as torch
+        loss, _ = ops.cross_entropy_forward(np.zeros((2, 3), dtype), np.array([-100, -100]))
+    assert np.isnan(loss) and loss.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding_twin(dtype):
+    rng = np.random.default_rng(7)
+    ids = np.array([[3, 1, 3, 0], [-1, 3, 9, 1]])                     # repeats, and a negative id
+    dout = rng.standard_normal((2, 4, 5)).astype(dtype)
+    tied = rng.standard_normal((10, 5)).astype(dtype)
+
+    def run(ids, dout, tied):
+        _, cache = ops.embedding_forward(ids, tied)
+        return ops.embedding_backward(dout, cache), ops.embedding_backward(dout, cache, tied)
+
+    for t, r in zip(*both(["embedding_backward"], run, ids, dout, tied), strict=True):
+        assert np.array_equal(t, r)                                   # the same additions in the same order
+    with ops.use_kernels("numba"), pytest.raises(IndexError, match="out of bounds"):
+        ops.embedding_backward(dout, (ids + 7, (10, 5)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("opt", [Adam, AdamW])
+def test_adam_twin(dtype, opt):
+    rng = np.random.default_rng(8)
+    p0 = {"w": rng.standard_normal((7, 5)).astype(dtype), "b": rng.standard_normal(3).astype(dtype)}
+    grads = [{k: rng.standard_normal(v.shape).astype(dtype) for k, v in p0.items()} for _ in range(3)]
+
+    def run(w, b):
+        o = opt({"w": w, "b": b}, lr=1e-2, weight_decay=0.1, decay=lambda k, _: k == "w")
+        for g in grads:
+            o.step(g)
+        return w, b, o.m["w"], o.v["w"], o.m["b"]
+
+    for t, r in zip(*both(["adam"], run, p0["w"], p0["b"]), strict=True):
+        close(t, r)
+
+
+def test_same_bits_on_one_and_two_threads():
+    """The parallel compilations on 2 threads give the serial ones' bits where rows meet: layer norm's
+    weight and bias sums (fixed blocks, added in order) and the scatter-add (each element in the ids'
+    order). The row-wise twins split rows only; each row's arithmetic is the same on any thread."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((300, 40)).astype(np.float32)
+    w, b = rng.standard_normal(40).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    ids = rng.integers(0, 50, (300,))
+
+    def run():
+        y, cache = ops.layernorm_forward(x, w, b)
+        dx, dw, db = ops.layernorm_backward(x, cache)
+        return y, dx, dw, db, ops.embedding_backward(x, (ids, (50, 40)))
+
+    with ops.use_kernels("numba"):
+        with parallel.limit(1):
+            one = run()
+        with parallel.limit(2):
+            two = run()
+    for a, c in zip(one, two, strict=True):
+        assert np.array_equal(a, c)
+
+
+def test_a_bad_setting_is_one_clear_error(monkeypatch):
+    with pytest.raises(ValueError, match="kernels must be one of auto, numba, numpy"):
+        ops.use_kernels("fast")
+    monkeypatch.setenv("NPFORMER_KERNELS", "fast")
+    with pytest.raises(ValueError, match="NPFORMER_KERNELS must be one of auto, numba, numpy, got 'fast'"):
+        ops.layernorm_forward(np.ones((2, 3)), np.ones(3), np.zeros(3))
+    monkeypatch.setenv("NPFORMER_KERNELS", "numpy")
+    ops.layernorm_forward(np.ones((2, 3)), np.ones(3), np.zeros(3))
+    assert ops.kernels_used()["layernorm_forward"] == "numpy"
+    with ops.use_kernels("numba"):                                    # use_kernels overrides the environment
+        ops.layernorm_forward(np.ones((2, 3)), np.ones(3), np.zeros(3))
+    assert ops.kernels_used()["layernorm_forward"] == "numba"
