@@ -125,7 +125,7 @@ def test_knockout_sentence_uses_exact_levels_and_the_noise_floor(explore_runs, o
             assert levels[n]["exact"] and abs(levels[n]["level"] - want) < 1e-12 and levels[n]["level"] <= 1
     assert [round(levels[n]["level"], 3) for n in range(5, 11)] == [1.0, 0.886, 0.786, 0.738, 0.7, 0.648]  # Zar 1972
     assert not levels[11]["exact"] and abs(levels[12]["level"] - 1.96 / np.sqrt(11)) < 1e-12
-    for n in (5, 6, 7):                       # the level's rho reaches p <= 0.05 in scipy's exact test, the next one not
+    for n in (5, 6, 7):                       # the level's rho has p <= 0.05 in scipy's exact test, the next one not
         perms = permutations(n)
         rho = 1 - 6 * ((perms - np.arange(n)).astype(np.int64) ** 2).sum(1) / (n ** 3 - n)
         at, below = perms[np.isclose(rho, levels[n]["level"])][0], perms[rho < levels[n]["level"] - 1e-9]

@@ -57,12 +57,12 @@ def test_training_maps_enlarge_steps_keep_numbers_whole_and_spaces_show(dates, o
     page.focus("#head-canvas")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Enter")
-    cells = dict(page.eval_on_selector_all("#summed-table tr[data-key]",
-                                           "rs => rs.map(r => [+r.dataset.key, r.querySelector('td.tok').textContent])"))
+    cells = dict(page.eval_on_selector_all(
+        "#summed-table tr[data-key]", "rs => rs.map(r => [+r.dataset.key, r.querySelector('td.tok').textContent])"))
     assert spaces and all(cells[j] == f"{j}: {SPACE}" for j in spaces if j in cells) and set(spaces) & set(cells)
     # the training tab: a click on layer 1, head 2's small map enlarges it, at least 240 px, axes named
     o.click_tab("training")
-    box = page.eval_on_selector("#train-canvas", "c => { const r = c.getBoundingClientRect(); return [r.x, r.y, r.width]; }")
+    box = page.eval_on_selector("#train-canvas", "c => { const r = c.getBoundingClientRect(); return [r.x, r.y]; }")
     H, left, top, pad = 4, 36, 22, 8
     cell = max(40, min(80, 900 // H - 8))
     page.mouse.click(box[0] + left + 2 * (cell + pad) + cell / 2, box[1] + top + (cell + pad) + cell / 2)

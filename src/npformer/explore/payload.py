@@ -388,7 +388,8 @@ class ViTExplorer(RunExplorer):
                                                  rel.stacked(grads, "encoder", model.config.n_layers))
             names.append(name)
             targets.append(_target(name, "self", query, f"logit of class {ch.id}", ch, "cls", str(ch.id)))
-        knock = ko.knockout_json(model, "vit", groups, lambda k: model.forward(np.repeat(x, k, 0).astype(model.dtype))[0][:, None],
+        knock = ko.knockout_json(model, "vit", groups,
+                                 lambda k: model.forward(np.repeat(x, k, 0).astype(model.dtype))[0][:, None],
                                  choices, {"self": relevance}, names, {"self": [query] * len(names)})
         return {"knockout": knock, "label": f"test image {i}", "output": f"class {pred} (label {label})",
                 "meta": {"label": label, "predicted": pred}, "targets": targets,

@@ -395,6 +395,7 @@
   function autoHeads() {
     if (!S.headsAuto) return;
     const h = focusedHead(viewGroup(), S.layer);
+    if (h >= 0 && S.heads.size === 1 && S.heads.has(h)) return;  // unchanged: the step view's own head stays
     S.heads = h < 0 ? new Set(Array.from({ length: group().n_heads }, (_, n) => n)) : new Set([h]);
     if (h >= 0) S.focusHead = h;
     syncHeadBoxes();
