@@ -239,3 +239,23 @@ def test_heads_masked_restores_the_modules_and_refuses_unknown_names(explore_run
     with pytest.raises(KeyError, match="no attention module"):
         with ko.heads_masked(model, {"blocks.layers.0.ffn": np.ones(2)}):
             pass
+
+
+@pytest.mark.parametrize("kind", ["dates", "tabletop"])
+def test_noise_floor_is_the_gap_between_float32_and_float64_forwards(explore_runs, kind):  # noqa: F811
+    """KNOCKOUT.noise_floor: per target, |log-odds of the float32 forward - log-odds of the float64 one|, the
+    float64 forward run here on a second copy of the run cast with astype; the explorer's model comes back
+    with its own float32 arrays."""
+    ex = open_explorer(explore_runs[kind])
+    before = {k: v for k, v in ex.run.model.state_dict().items()}
+    inp = ex.payload(INPUTS[kind])["inputs"][0]
+    after = ex.run.model.state_dict()
+    assert all(after[k] is v and v.dtype == np.float32 for k, v in before.items())   # the same arrays, untouched
+    slots, ids = [t["query"] for t in inp["targets"]], [t["id"] for t in inp["targets"]]
+    run32, run64 = load_run(explore_runs[kind]), load_run(explore_runs[kind])
+    run64.model.astype(np.float64)
+    lo32 = log_odds(forward_of(kind, run32)().astype(np.float64), slots, ids)
+    lo64 = log_odds(forward_of(kind, run64)(), slots, ids)
+    floor = np.array(inp["knockout"]["noise_floor"])
+    np.testing.assert_allclose(floor, np.abs(lo32 - lo64), rtol=1e-6, atol=1e-12)
+    assert 0 < floor.max() < 1e-3                  # float32's rounding, far above float64's and far below an effect

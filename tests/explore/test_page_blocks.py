@@ -162,6 +162,7 @@ def test_padding_hidden_by_default_and_shown_by_the_toggle(pages, opened):
     url, payload = out["tabletop"]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     toks = payload["inputs"][0]["groups"][0]["query_tokens"]
     real = [t for t in toks if t != "<pad>"]
     assert page.is_visible("#padding-toggle") and not page.is_checked("#show-padding")
@@ -239,6 +240,7 @@ def test_layers_keep_their_real_numbers(pages, opened):
     url, payload = out["layers"]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     assert page.eval_on_selector_all("#layer-select option", "os => os.map(o => o.textContent)") == ["1"]
     o.click_tab("matrix")
     shown = numbers(page)

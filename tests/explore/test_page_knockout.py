@@ -3,6 +3,7 @@ an error, its two rankings equal scipy's average ranks of the payload's numbers 
 correlation it shows is scipy's Spearman, the target selector changes the numbers, and a click on a head
 or Enter on the canvas opens that head in the head view."""
 import numpy as np
+import pytest
 from explore_runs import INPUTS, explore_runs  # noqa: F401 (a fixture)
 from scipy import stats
 
@@ -82,4 +83,67 @@ def test_knockout_view_names_the_heads_past_the_work_budget(explore_runs, opened
     assert "In self: 2 of its 4 heads, left out of both rankings." in note
     for table in ("knockout-by-attention", "knockout-by-effect"):
         assert sorted((r[0], r[1]) for r in shown(o.page, table, "rank")) == [(0, 0), (0, 1)]
+    assert not o.errors
+
+
+def permutations(n: int) -> np.ndarray:
+    """Every ordering of 0..n-1, (n!, n): each of (n-1)!'s with n-1 put at each place."""
+    p = np.zeros((1, 0), dtype=np.int8)
+    for m in range(n):
+        p = np.concatenate([np.insert(p, at, m, axis=1) for at in range(m + 1)])
+    return p
+
+
+def exact_level(n: int) -> float | None:
+    """Spearman's two-sided 5% critical rho for n untied items from the n! equally likely rankings: the
+    smallest rho = 1 - 6 S / (n^3 - n) with P(|rho| >= it) <= 0.05; None when even rho = 1 is too likely."""
+    s = ((permutations(n) - np.arange(n)).astype(np.int64) ** 2).sum(1)           # (n!,) sum of d^2
+    values, counts = np.unique(s, return_counts=True)
+    ok = values[2 * np.cumsum(counts) <= 0.05 * len(s)]                          # rho's law is symmetric
+    return None if not len(ok) else 1 - 6 * ok.max() / (n ** 3 - n)
+
+
+def test_knockout_sentence_uses_exact_levels_and_the_noise_floor(explore_runs, opened, tmp_path):  # noqa: F811
+    """With the tabletop run's 4 heads the sentence says that no 5% result is possible (no level above 1);
+    the page's levels for 5..10 heads are the exact ones, for 5..7 also scipy's exact permutation test's
+    boundary; with every effect below the payload's noise floor it ranks nothing and draws no conclusion."""
+    payload = open_explorer(explore_runs["tabletop"]).payload(INPUTS["tabletop"])
+    path = tmp_path / "tabletop.html"
+    path.write_text(render_html(payload), encoding="utf-8")
+    o = opened(path.as_uri())
+    page = o.page
+    o.click_tab("knockout")
+    said = page.inner_text("#knockout-sentence")
+    assert "with 4 heads no ranking can reach the two-sided 5% level" in said and "2 times in 24 (8.3%)" in said
+    assert "would be" not in said and "did not predict" not in said
+    levels = page.evaluate("[...Array(13).keys()].map(n => window.npformerPage.spearmanLevel(n))")
+    for n in range(2, 11):
+        want = exact_level(n)
+        if want is None:
+            assert levels[n] is None and n <= 4
+        else:
+            assert levels[n]["exact"] and abs(levels[n]["level"] - want) < 1e-12 and levels[n]["level"] <= 1
+    assert [round(levels[n]["level"], 3) for n in range(5, 11)] == [1.0, 0.886, 0.786, 0.738, 0.7, 0.648]  # Zar 1972
+    assert not levels[11]["exact"] and abs(levels[12]["level"] - 1.96 / np.sqrt(11)) < 1e-12
+    for n in (5, 6, 7):                       # the level's rho has p <= 0.05 in scipy's exact test, the next one not
+        perms = permutations(n)
+        rho = 1 - 6 * ((perms - np.arange(n)).astype(np.int64) ** 2).sum(1) / (n ** 3 - n)
+        at, below = perms[np.isclose(rho, levels[n]["level"])][0], perms[rho < levels[n]["level"] - 1e-9]
+        below = below[np.argmax(rho[rho < levels[n]["level"] - 1e-9])]
+
+        def rho_of(y, axis=-1, n=n):                # against 0..n-1: Spearman's rho of an untied ranking
+            return 1 - 6 * ((y - np.arange(n)) ** 2).sum(axis=axis) / (n ** 3 - n)
+
+        def p_value(y, n=n, rho_of=rho_of):        # scipy's exact test over the n! orders of y
+            assert rho_of(y) == pytest.approx(stats.spearmanr(np.arange(n), y).statistic, abs=1e-12)
+            return stats.permutation_test((y.astype(np.int64),), rho_of, permutation_type="pairings",
+                                          n_resamples=np.inf, vectorized=True).pvalue
+        assert p_value(at) <= 0.05 < p_value(below)
+    effects = decode_array(payload["inputs"][0]["knockout"]["groups"]["self"]["effect"])
+    floor = float(np.abs(effects[..., 0]).max()) * 1.5
+    page.evaluate(f"window.npformerPage.input().knockout.noise_floor[0] = {floor}; window.npformerPage.render()")
+    said = page.inner_text("#knockout-sentence")
+    assert said.startswith("The knock-out effects are too small to rank") and "No conclusion is drawn" in said
+    for claim in ("predicted", "did not predict", "first head too", "\u03c1 ="):
+        assert claim not in said
     assert not o.errors

@@ -41,6 +41,7 @@ def test_opens_clean_and_redraws_on_layer_and_head(pages, opened, kind):
     o = opened(url)
     page = o.page
     assert page.title() == payload["title"]
+    page.click("#heads-all")                                       # from the most focused head to all of them
     before = o.canvas_hash("#head-canvas")
     page.select_option("#layer-select", "1")
     after_layer = o.canvas_hash("#head-canvas")
@@ -104,6 +105,7 @@ def test_rollout_and_relevance_shown_equal_the_payload(pages, opened, kind):
     url, payload, refs = pages[kind]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     inp = payload["inputs"][0]
     for t_index, target in enumerate(inp["targets"]):
         gi = next(n for n, g in enumerate(inp["groups"]) if g["name"] == target["group"])
@@ -132,6 +134,7 @@ def test_image_view_draws_patches_and_words(pages, opened, kind):
     url, payload, refs = pages[kind]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     inp = payload["inputs"][0]
     g = inp["groups"][0]
     action = len(g["query_tokens"]) - 1                           # the last token: [PLACE] or a patch
@@ -169,6 +172,7 @@ def test_hover_isolates_and_selection_sums(pages, opened):
     url, payload, refs = pages["dates"]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     g = payload["inputs"][0]["groups"][0]
     w = refs["encoder self"][5]
     box = page.eval_on_selector("#head-canvas", "c => { const r = c.getBoundingClientRect(); return [r.x, r.y]; }")
@@ -195,6 +199,7 @@ def test_the_keyboard_moves_selects_and_opens(pages, opened):
     url, payload, refs = pages["dates"]
     o = opened(url)
     page = o.page
+    page.click("#heads-all")                                       # every head, not the default one
     g = payload["inputs"][0]["groups"][0]
     w = refs["encoder self"][5]
     full = o.canvas_hash("#head-canvas")
@@ -219,6 +224,7 @@ def test_the_keyboard_moves_selects_and_opens(pages, opened):
 
     o2 = opened(pages["minilm"][0])
     page = o2.page
+    page.click("#heads-all")                                        # the model view's square starts on head 0
     o2.click_tab("model")
     page.focus("#model-canvas")
     assert page.text_content("#model-said") == "layer 0, head 0"

@@ -27,6 +27,10 @@ Beside the effect, each head gets an attention score for the target: its weight,
 row, on the ``TOP_KEYS`` keys with the highest gradient-weighted relevance (``relevance.py``) for the
 target. The page ranks the heads both ways; the Spearman correlation of the two rankings (ties by
 average rank) says whether attention predicted importance here.
+
+The knock-outs' noise floor, per target: the same full forward run once in float32 and once in float64
+(``in_dtype``), and the gap between the two measures (the log-odds, or 1 - the cosine of the two vectors).
+An effect below it is rounding, not the head; when every effect is below it the page ranks nothing.
 Dimension legend: U knock-outs, L layers, H heads, K targets, P output positions, V vocabulary, E width.
 """
 from __future__ import annotations
@@ -80,6 +84,34 @@ def heads_masked(model, masks: dict[str, np.ndarray]):
     finally:
         for name in masks:
             mods[name].__dict__.pop("head_mask", None)              # back to the class default, None
+
+
+@contextlib.contextmanager
+def in_dtype(model, dtype):
+    """Within the block, every parameter of ``model`` is a ``dtype`` copy; the original arrays (the same
+    objects) are put back after it, so nothing outside sees a change."""
+    saved = [(mod, k, v) for _, mod in model.modules() for k, v in mod.params.items()]
+    copies: dict[int, np.ndarray] = {}                              # one copy per array: a shared one stays shared
+    try:
+        for mod, k, v in saved:
+            mod.params[k] = copies.setdefault(id(v), v.astype(dtype))
+        yield
+    finally:
+        for mod, k, v in saved:
+            mod.params[k] = v
+
+
+def noise_floor(model, run: Callable[[int], np.ndarray], measure: Callable[[np.ndarray], dict[str, np.ndarray]],
+                vectors: bool) -> np.ndarray:
+    """(K,) the gap, per target, between the full forward in float32 and in float64 on the same input: the
+    log-odds' absolute difference, or (``vectors``) 1 - the cosine of the two target vectors."""
+    with in_dtype(model, np.float32):
+        lo = run(1)[0]
+    with in_dtype(model, np.float64):
+        hi = run(1)[0]
+    if vectors:
+        return np.abs(1.0 - vector_measures(lo, hi)["cosine"])
+    return np.abs(measure(lo)["logodds"] - measure(hi)["logodds"])
 
 
 def units_of(shapes: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
@@ -229,6 +261,7 @@ def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarra
             return logit_measures(out, slots, ids)
         f = measure(full)
         full_json = {"logit": f["logit"].tolist(), "prob": f["prob"].tolist(), "decision": f["decision"].tolist()}
+    floor = noise_floor(model, run, measure, vectors)              # (K,)
     k = knocked_out(model, kind, shapes, run, measure, per_copy, n_done)
     n_k = len(names)
     stored: dict[str, np.ndarray] = {}
@@ -263,6 +296,7 @@ def knockout_json(model, kind: str, groups: dict, run: Callable[[int], np.ndarra
         out_groups[g] = entry
     out: dict[str, Any] = {"measure": "cosine" if vectors else "log-probability", "top_keys": TOP_KEYS,
                            "full": full_json, "groups": out_groups,
+                           "noise_floor": [float(x) for x in floor],
                            "skipped": skipped_json(shapes, n_done, per_head, positions_text(groups))}
     if labels is not None:
         out["labels"] = list(labels)

@@ -106,6 +106,11 @@ def _text_ids(vocab, n_ids: int) -> dict[str, int]:
     return {lab: i for i, lab in enumerate(_char_labels(vocab, range(n_ids)))}
 
 
+def _as_model(a: np.ndarray, model) -> np.ndarray:
+    """Float inputs in the model's dtype now (the knock-outs' noise floor runs it in float64 too); ids as they are."""
+    return a.astype(model.dtype) if np.issubdtype(a.dtype, np.floating) else a
+
+
 def _one_hot(shape, index) -> np.ndarray:
     d = np.zeros(shape, dtype=np.float32)
     d[index] = 1.0
@@ -383,7 +388,8 @@ class ViTExplorer(RunExplorer):
                                                  rel.stacked(grads, "encoder", model.config.n_layers))
             names.append(name)
             targets.append(_target(name, "self", query, f"logit of class {ch.id}", ch, "cls", str(ch.id)))
-        knock = ko.knockout_json(model, "vit", groups, lambda k: model.forward(np.repeat(x, k, 0))[0][:, None],
+        knock = ko.knockout_json(model, "vit", groups,
+                                 lambda k: model.forward(np.repeat(x, k, 0).astype(model.dtype))[0][:, None],
                                  choices, {"self": relevance}, names, {"self": [query] * len(names)})
         return {"knockout": knock, "label": f"test image {i}", "output": f"class {pred} (label {label})",
                 "meta": {"label": label, "predicted": pred}, "targets": targets,
@@ -446,7 +452,8 @@ class VLAExplorer(RunExplorer):
             targets.append(_target(name, "self", ch.slot, f"logit of {action} cell {ch.id}", ch, action, str(ch.id)))
         image = scene.image[None].astype(model.dtype)                        # (1, H, W, 3)
         knock = ko.knockout_json(model, "vla", groups,
-                                 lambda k: model.forward(np.repeat(words, k, 0), np.repeat(image, k, 0))[0],
+                                 lambda k: model.forward(_as_model(np.repeat(words, k, 0), model),
+                                                         np.repeat(image, k, 0).astype(model.dtype))[0],
                                  choices, {"self": relevance}, names, {"self": [ch.slot for ch in choices]})
         meta = {k: res[k] for k in ("pick", "place", "true_pick", "true_place")}
         meta.update(seed=seed, p_pick=round(res["p_pick"], 4), p_place=round(res["p_place"], 4))

@@ -120,6 +120,7 @@
     S.kindFilter = { query: qKind, key: kKind };
     if (h === null) {
       S.layer = l;
+      S.headsAuto = false;
       S.heads = new Set(Array.from({ length: P.group().n_heads }, (_, n) => n));
       P.syncHeadBoxes();
       P.setView("head");

@@ -225,9 +225,11 @@
     threshold: 0.02, view: "head", selected: new Set(), hover: null, target: 0, rolloutLayer: -1,
     // the step view's edits: a scale choice, q's factor alpha, and mask rows keyed "input,group,query"
     edit: { scale: "model", alpha: 1, masks: {} },
-    imageSource: "attention", stretch: false, trainStep: 0, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
+    imageSource: "attention", stretch: false, trainStep: 0, trainHead: { l: 0, h: 0 }, sort: { key: "layer", dir: 1 }, numbers: null, canvas: null,
     // the head view's filter by token kind ({query, key}, from the blocks view), null: every token
     kindFilter: null,
+    // true until the reader picks heads: the chosen heads are then the layer's most focused one (focusedHead)
+    headsAuto: true,
   };
 
   // What the scripts after this one plug in (each optional): viewGroup(g) -> the group the head, model,
@@ -283,6 +285,8 @@
     o.textContent = text;
     select.appendChild(o);
   }
+  // A token as a label: a blank one (a space) shows as the open-box sign, never as nothing.
+  function tokenText(t) { t = String(t); return t.trim() ? t : "\u2423"; }
   // A token label cut to n characters; a blank token shows as the open-box sign.
   function shortToken(t, n) {
     t = String(t);
@@ -358,6 +362,7 @@
       box.checked = S.heads.has(h);
       box.addEventListener("change", () => {
         if (box.checked) { S.heads.add(h); S.focusHead = h; } else S.heads.delete(h);
+        S.headsAuto = false;
         render();
       });
       const label = el("label", { title: "head " + h }, [box, String(h)]);
@@ -365,9 +370,9 @@
       boxes.appendChild(label);
     }
     const all = el("button", { type: "button", class: "all", id: "heads-all", text: "all" });
-    all.addEventListener("click", () => { for (let h = 0; h < g.n_heads; h++) S.heads.add(h); syncHeadBoxes(); render(); });
+    all.addEventListener("click", () => { for (let h = 0; h < g.n_heads; h++) S.heads.add(h); S.headsAuto = false; syncHeadBoxes(); render(); });
     const none = el("button", { type: "button", id: "heads-none", text: "none" });
-    none.addEventListener("click", () => { S.heads.clear(); syncHeadBoxes(); render(); });
+    none.addEventListener("click", () => { S.heads.clear(); S.headsAuto = false; syncHeadBoxes(); render(); });
     boxes.append(all, " ", none);
   }
 
@@ -377,8 +382,28 @@
     $("query-select").value = S.query;
   }
 
+  // The default head of layer l: the most focused one, the lowest mean attention entropy (the statistics
+  // view's, over the rows shown); ties to the lower head. -1 when the group has no statistics.
+  function focusedHead(g, l) {
+    const ent = g.stats && g.stats.entropy ? g.stats.entropy[l] : null;
+    if (!ent) return -1;
+    let best = 0;
+    for (let h = 1; h < ent.length; h++) if (ent[h] < ent[best]) best = h;
+    return best;
+  }
+  // While the heads are the default, they follow the layer and the group.
+  function autoHeads() {
+    if (!S.headsAuto) return;
+    const h = focusedHead(viewGroup(), S.layer);
+    if (h >= 0 && S.heads.size === 1 && S.heads.has(h)) return;  // unchanged: the step view's own head stays
+    S.heads = h < 0 ? new Set(Array.from({ length: group().n_heads }, (_, n) => n)) : new Set([h]);
+    if (h >= 0) S.focusHead = h;
+    syncHeadBoxes();
+  }
+
   // Open one head (from the model view, the statistics table or the training grid).
   function openHead(l, h, view) {
+    S.headsAuto = false;
     S.layer = l;
     S.heads = new Set([h]);
     S.focusHead = h;
@@ -419,6 +444,7 @@
   function render() {
     for (const f of HOOKS.onRender) f();
     updateTabs();
+    autoHeads();
     const section = $("view-" + S.view);
     section.textContent = "";
     const draw = VIEWS[S.view];
@@ -449,6 +475,12 @@
       "Hover a token to isolate it; click query tokens to select them and sum their attention (the bars on the right, " +
       "averaged over the chosen heads). By keyboard: focus the drawing, then the arrow keys move between tokens " +
       "(left: queries, right: keys), Enter or Space selects a query token, Escape lets go." }));
+    if (S.headsAuto && heads.length === 1 && g.stats) {
+      section.appendChild(el("p", { class: "hint", id: "head-rule", text: "Shown: head " + heads[0] + " alone, the most " +
+        "focused head of layer " + layerName(g, S.layer) + ": the lowest mean attention entropy, " +
+        fmt(g.stats.entropy[S.layer][heads[0]]) + " nats (the Head statistics tab lists every head's). Tick " +
+        "more heads, or all, to compare them." }));
+    }
     // the blocks view's filter: only query tokens of one kind and key tokens of one kind
     const kinds = g.token_kinds || { query: [], key: [] };
     const filter = S.kindFilter;
@@ -559,12 +591,12 @@
     function showSums(rows, sums) {
       summed.textContent = "";
       if (!rows) { summed.appendChild(el("p", { class: "hint", text: "Click query tokens to sum their attention." })); return; }
-      summed.appendChild(el("h2", { text: "Attention of " + rows.map((i) => g.query_tokens[i]).join(" + ") }));
+      summed.appendChild(el("h2", { text: "Attention of " + rows.map((i) => tokenText(g.query_tokens[i])).join(" + ") }));
       const t = el("table", { class: "num", id: "summed-table" });
       t.appendChild(el("tr", null, [el("th", { class: "tok", text: "key" }), el("th", { text: "summed" })]));
       const order = Array.from({ length: Tk }, (_, j) => j).sort((a, b) => sums[b] - sums[a]).slice(0, 20);
       for (const j of order) {
-        const tr = el("tr", { "data-key": j }, [el("td", { class: "tok", text: j + ": " + g.key_tokens[j] })]);
+        const tr = el("tr", { "data-key": j }, [el("td", { class: "tok", text: j + ": " + tokenText(g.key_tokens[j]) })]);
         tr.appendChild(numCell("td", sums[j]));
         t.appendChild(tr);
       }
@@ -825,7 +857,7 @@
     pick.value = h;
     pick.addEventListener("change", () => { S.focusHead = +pick.value; render(); });
     section.appendChild(el("p", { class: "hint" }, [
-      "Layer " + layerName(g, l) + ", ", pick, ", query token " + i + " \u201c" + g.query_tokens[i] + "\u201d of " + g.name +
+      "Layer " + layerName(g, l) + ", ", pick, ", query token " + i + " \u201c" + tokenText(g.query_tokens[i]) + "\u201d of " + g.name +
       ". Every number is recomputed here in float64 from the model's stored float32 q, k and v, " +
       "as npformer's attention_forward computes it."]));
 
@@ -1049,7 +1081,7 @@
     for (let r = 0; r < Tq; r++) for (let j = 0; j < Tk; j++) out[j] += data[off + r * Tk + j] / Tq;
     return out;
   }
-  function rowName(g, i) { return i === null ? "the mean of all query rows" : "query token " + i + " \u201c" + g.query_tokens[i] + "\u201d"; }
+  function rowName(g, i) { return i === null ? "the mean of all query rows" : "query token " + i + " \u201c" + tokenText(g.query_tokens[i]) + "\u201d"; }
 
   // Bars over the key tokens, with their numbers: one per explanation.
   function barTable(id, title, values, g, note) {
@@ -1327,7 +1359,7 @@
       const r = c.getBoundingClientRect();
       const i = Math.floor((ev.clientY - r.top - lab) / cell), j = Math.floor((ev.clientX - r.left - lab) / cell);
       if (i >= 0 && i < Tq && j >= 0 && j < Tk) {
-        readout.textContent = g.query_tokens[i] + " \u2192 " + g.key_tokens[j] + ": " + fmt(M[i * Tk + j]);
+        readout.textContent = tokenText(g.query_tokens[i]) + " \u2192 " + tokenText(g.key_tokens[j]) + ": " + fmt(M[i * Tk + j]);
       }
     });
     const cross = /cross/.test(g.name);
@@ -1365,21 +1397,61 @@
     const cell = Math.max(40, Math.min(80, Math.floor(900 / H) - 8)), pad = 8, left = 36, top = 22;
     const c = makeCanvas(left + H * (cell + pad), top + L * (cell + pad));
     c.id = "train-canvas";
-    section.appendChild(c);
+    c.title = "click a map to enlarge it below";
+    S.trainHead = { l: Math.min(S.trainHead.l, L - 1), h: Math.min(S.trainHead.h, H - 1) };
+    // the chosen map enlarged, its axes labelled with the probe's tokens
+    const side = Math.max(240, Math.min(480, 18 * Math.max(Tq, Tk))), zl = 90, zt = 8, zb = 44;
+    const zoom = makeCanvas(zl + side + 8, zt + side + zb);
+    zoom.id = "train-zoom";
+    const caption = el("p", { class: "hint", id: "train-zoom-caption" });
+    section.append(el("div", { class: "row" }, [c, el("div", null, [caption, zoom])]));
     S.canvas = c;
     // the (Tq x Tk) map of layer l, head h at saved step s: W is (S, L, H, Tq, Tk)
     const mapAt = (s, l, h) => {
       const off = (((s * L + l) * H + h) * Tq) * Tk;
       return W.data.subarray(off, off + Tq * Tk);
     };
+    function drawZoom(s) {
+      const { l, h } = S.trainHead, ctx = zoom._ctx, M = mapAt(s, l, h);
+      const cw = side / Tk, ch = side / Tq;
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(0, 0, zl + side + 8, zt + side + zb);
+      drawMap(ctx, M, Tq, Tk, zl, zt, side, Math.max(maxOf(M), 1e-12));
+      ctx.fillStyle = "#1d232a";
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "right";
+      if (ch >= 9) tr.query_tokens.forEach((t, i) => ctx.fillText(shortToken(t, 10), zl - 4, zt + (i + 0.5) * ch + 4));
+      ctx.textAlign = "center";
+      if (cw >= 9) tr.key_tokens.forEach((t, j) => ctx.fillText(shortToken(t, 2), zl + (j + 0.5) * cw, zt + side + 13));
+      ctx.font = "600 12px system-ui, sans-serif";
+      ctx.fillText("key token (read) \u2192", zl + side / 2, zt + side + 34);
+      ctx.save();
+      ctx.translate(12, zt + side / 2);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText("query token (reading) \u2192", 0, 0);
+      ctx.restore();
+      ctx.textAlign = "left";
+      caption.textContent = "Layer " + (tr.layers ? tr.layers[l] : l) + ", head " + h + " at step " + tr.steps[s] +
+        ": each row is a query token, each column a key token it reads; darker is more weight (scaled to the " +
+        "map's largest). Click another map to enlarge it.";
+    }
     function draw() {
       const s = S.trainStep;
       label.textContent = "step " + tr.steps[s];
       drawHeadGrid(c._ctx, L, H, Tq, Tk, (l, h) => mapAt(s, l, h), cell, pad, left, top, tr.layers);
+      drawZoom(s);
     }
+    c.addEventListener("click", (ev) => {
+      const box = c.getBoundingClientRect();
+      const h = Math.floor((ev.clientX - box.left - left) / (cell + pad)), l = Math.floor((ev.clientY - box.top - top) / (cell + pad));
+      if (l < 0 || l >= L || h < 0 || h >= H) return;
+      S.trainHead = { l: l, h: h };
+      drawZoom(S.trainStep);
+    });
     slider.addEventListener("input", () => { S.trainStep = +slider.value; draw(); });
     draw();
     return () => ({ view: "training", step: tr.steps[S.trainStep], group: tr.group, query_tokens: tr.query_tokens,
+                    enlarged: { layer: tr.layers ? tr.layers[S.trainHead.l] : S.trainHead.l, head: S.trainHead.h },
                     key_tokens: tr.key_tokens, weights: Array.from({ length: L }, (_, l) => Array.from({ length: H },
                       (_, h) => rowsOf(mapAt(S.trainStep, l, h), Tq, Tk))) });
   }
@@ -1579,8 +1651,8 @@
     S.input = 0; S.group = 0; S.layer = 0; S.query = 0; S.target = 0; S.rolloutLayer = -1;
     S.selected = new Set(); S.hover = null; S.kindFilter = null;
     S.edit = { scale: "model", alpha: 1, masks: {} };
-    S.heads = new Set();
-    for (let h = 0; h < input().groups[0].n_heads; h++) S.heads.add(h);
+    S.heads = new Set([0]);
+    S.headsAuto = true;                                  // the first layer's most focused head (autoHeads)
     if (payload.training) S.trainStep = payload.training.steps.length - 1;
     fillControls();
     setupServe();
@@ -1625,7 +1697,7 @@
                           option: option, fillGroupControls: fillGroupControls, syncHeadBoxes: syncHeadBoxes,
                           input: input, group: group, el: el, makeCanvas: makeCanvas, keyboardCanvas: keyboardCanvas,
                           fmt: fmt, numCell: numCell, heat: heat, headColour: headColour, headWeights: headWeights,
-                          shortToken: shortToken, decodeArray: decodeArray, arr: arr, download: download,
+                          shortToken: shortToken, tokenText: tokenText, decodeArray: decodeArray, arr: arr, download: download,
                           baseName: baseName, showError: showError, targets: targets, targetPicker: targetPicker };
   start().catch((e) => showError("The page failed to load its data: " + e.message));
 })();

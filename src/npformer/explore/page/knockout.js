@@ -36,8 +36,23 @@
     return ranks;
   }
 
-  // the two-sided 5% level of Spearman's rho for n items (normal approximation: 1.96 / sqrt(n - 1))
-  function chanceLevel(n) { return n > 1 ? 1.96 / Math.sqrt(n - 1) : Infinity; }
+  // Spearman's exact two-sided 5% critical values for n = 5..10 items without ties, as the largest sum of
+  // squared rank differences, S = sum d^2, that is significant: rho = 1 - 6 S / (n^3 - n) >= the critical
+  // value exactly when P(|rho| >= it) <= 5% over the n! equally likely rankings (Zar 1972 tabulates the
+  // same values; tests/explore/test_page_knockout.py enumerates the permutations). n <= 4: none, since even
+  // rho = +-1 comes 2 times in n! >= 2 in 24.
+  const EXACT_MAX_S = { 5: 0, 6: 4, 7: 12, 8: 22, 9: 36, 10: 58 };
+
+  // The two-sided 5% level of Spearman's rho for n items: {level, exact}, or null when n <= 4 (no result can
+  // reach it). Past 10 items the normal approximation 1.96 / sqrt(n - 1), below 1 from there on.
+  function chanceLevel(n) {
+    if (n <= 4) return null;
+    if (n in EXACT_MAX_S) return { level: 1 - 6 * EXACT_MAX_S[n] / (n * n * n - n), exact: true };
+    return { level: 1.96 / Math.sqrt(n - 1), exact: false };
+  }
+  P.spearmanLevel = chanceLevel;
+
+  function factorial(n) { let f = 1; for (let m = 2; m <= n; m++) f *= m; return f; }
 
   function decisionName(id) {
     const labels = P.input().knockout.labels;
@@ -55,19 +70,35 @@
 
   function headName(r) { return "L" + r.l + "\u00b7H" + r.h; }
 
-  // The sentence: every word chosen from the numbers it describes.
-  function verdict(rows, rho, measure) {
+  // The sentence: every word chosen from the numbers it describes. ``floor``: the target's noise floor (the
+  // float32 forward's gap from the float64 one), below which an effect is rounding.
+  function verdict(rows, rho, measure, floor) {
     const n = rows.length;
+    const largest = Math.max(...rows.map((x) => Math.abs(x.effect)));
+    if (Number.isFinite(floor) && largest < floor) {
+      return "The knock-out effects are too small to rank: the largest, " + P.fmt(largest) + (measure === "cosine" ?
+        "" : " nats") + ", is below the noise floor of " + P.fmt(floor) + " (how far the float32 forward differs " +
+        "from the float64 one on this input and target), so every head's effect is rounding. No conclusion is " +
+        "drawn about attention.";
+    }
     if (rho === null || rho === undefined) {
       return "Attention and the knock-outs cannot be compared here: one of the two gives every head the same score.";
     }
-    const level = chanceLevel(n);
+    const chance = chanceLevel(n);
     const r = P.fmt(rho);
     let head;
-    if (level >= 1) head = "With " + n + " heads no correlation can tell attention's ranking from chance (Spearman \u03c1 = " + r + "; the 5% level would be " + P.fmt(level) + ").";
-    else if (rho >= level) head = "Attention predicted importance here: Spearman \u03c1 = " + r + " over " + n + " heads, above the " + P.fmt(level) + " that chance reaches 5% of the time.";
-    else if (rho <= -level) head = "Attention ranked the heads against their importance here: Spearman \u03c1 = " + r + " over " + n + " heads, below \u2212" + P.fmt(level) + ".";
-    else head = "Attention did not predict importance here: Spearman \u03c1 = " + r + " over " + n + " heads, within the \u00b1" + P.fmt(level) + " that chance gives 95% of the time.";
+    if (chance === null) {
+      head = "Spearman \u03c1 = " + r + " over " + n + " heads, but with " + n + " heads no ranking can reach the " +
+        "two-sided 5% level: even a perfect agreement, \u03c1 = \u00b11, comes by chance 2 times in " + factorial(n) +
+        " (" + (200 / factorial(n)).toFixed(1) + "%), so nothing can be said either way.";
+    } else {
+      const level = chance.level, tol = 1e-9;                        // rho from ranks: 1 can come out as 1 - 1e-16
+      const how = chance.exact ? ", Spearman's exact two-sided 5% critical value for " + n + " heads" :
+        ", the two-sided 5% level (1.96 / \u221a" + (n - 1) + ", the normal approximation)";
+      if (rho >= level - tol) head = "Attention predicted importance here: Spearman \u03c1 = " + r + " over " + n + " heads, at or above the " + P.fmt(level) + how + ".";
+      else if (rho <= -level + tol) head = "Attention ranked the heads against their importance here: Spearman \u03c1 = " + r + " over " + n + " heads, at or below \u2212" + P.fmt(level) + how + ".";
+      else head = "Attention did not predict importance here: Spearman \u03c1 = " + r + " over " + n + " heads, within \u00b1" + P.fmt(level) + how + ".";
+    }
     const byEffect = rows.slice().sort((a, b) => b.effect - a.effect || a.i - b.i);
     const byAttention = rows.slice().sort((a, b) => b.attention - a.attention || a.i - b.i);
     const top = byEffect[0], first = byAttention[0];
@@ -126,7 +157,7 @@
       return { view: "knockout", group: g.name, target: t ? t.name : null, measure: K.measure, spearman: null,
                skipped: skipped, heads: [] };
     }
-    section.appendChild(el("p", { id: "knockout-sentence", text: verdict(rows, rho, K.measure) }));
+    section.appendChild(el("p", { id: "knockout-sentence", text: verdict(rows, rho, K.measure, K.noise_floor ? K.noise_floor[k] : NaN) }));
     if (rho !== null && rho !== undefined) section.lastChild.dataset.rho = String(rho);
 
     function table(id, title, key, rankKey, extra) {

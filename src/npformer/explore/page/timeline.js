@@ -102,7 +102,7 @@
                                     el("th", { text: "weight" })]));
       for (const j of order) {
         const tr = el("tr", { "data-key": j }, [el("td", { text: String(j) }),
-                                                el("td", { class: "tok", text: g.key_tokens[j] })]);
+                                                el("td", { class: "tok", text: P.tokenText(g.key_tokens[j]) })]);
         tr.appendChild(P.numCell("td", rows[at.step][j], "w"));
         t.appendChild(tr);
       }
