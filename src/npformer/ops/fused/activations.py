@@ -8,8 +8,9 @@ Mirrors ``ops/activations.py`` ``gelu_forward``/``gelu_backward`` and
 - float32, exact GELU: the twin evaluates the reference's own fitted erf, operation for operation:
   Phi(x) = min(1/2 + x Pg(u) / Qg(u), 1), u = min(x^2, 32), with the reference's float32
   coefficients (``_PG32``, ``_QG32``), and below x = -2 sqrt(2) the reference's erfc tail
-  (``_TAIL32``, times exp(-x^2 / 2), over 2z). Both are computed for every element and one is kept,
-  so that the loop has no branch and LLVM vectorizes it; exp is ``_simd.exp32``.
+  (``_TAIL32``, times exp(-x^2 / 2), over 2z), redone in a second pass over the row for the few
+  elements below the cut, so that the first loop has no branch and LLVM vectorizes it; exp is
+  ``_simd.exp32``.
 - float32, tanh form: the reference's formula in the same order, tanh from ``_simd.tanh32``.
 - float64: Phi = erfc(-x / sqrt(2)) / 2 from the C library's erfc (numba's ``math.erfc``), and
   ``math.tanh``: one element at a time (no vector math library here), within 1e-12 of the
@@ -75,20 +76,32 @@ def _phi_ov(x, k):  # type: ignore[no-untyped-def]
             p = _horner(u, _PG, _PG_MONIC)
             q = _horner(u, _QG, _QG_MONIC)
             c = min((x * p) / q + F32(0.5), F32(1.0))                # large x: Phi = 1 exactly
-            # the erfc tail, as ``_normal_cdf_tail32``: z = -x / sqrt(2), s = 1 - 8 / (z + 3)
-            z = x * F32(-RSQRT2)
-            s = F32(1.0) - F32(8.0) / (z + F32(3.0))
-            f = _horner(s, _TAIL, _TAIL_MONIC)
-            f = f * exp32((x * x) * F32(-0.5))
-            f = f / (z + z)
-            cdf = f if x < _CUT else c
-            return x * cdf, cdf
+            return x * c, c
         return phi32
 
     def phi64(x, k):  # type: ignore[no-untyped-def]
         cdf = 0.5 * math.erfc(-x * RSQRT2)
         return x * cdf, cdf
     return phi64
+
+
+def _tail(x):  # type: ignore[no-untyped-def]
+    """(the cut, Phi(x)): for float32, -2 sqrt(2) and the reference's ``_normal_cdf_tail32``; for
+    float64, -inf (no tail pass) and Phi as ``_phi``."""
+    raise NotImplementedError
+
+
+@overload(_tail)
+def _tail_ov(x):  # type: ignore[no-untyped-def]
+    if x == types.float32:
+        def tail32(x):  # type: ignore[no-untyped-def]
+            z = x * F32(-RSQRT2)                                     # z = -x / sqrt(2), s = 1 - 8 / (z + 3)
+            s = F32(1.0) - F32(8.0) / (z + F32(3.0))
+            f = _horner(s, _TAIL, _TAIL_MONIC)
+            f = f * exp32((x * x) * F32(-0.5))
+            return _CUT, f / (z + z)
+        return tail32
+    return lambda x: (-np.inf, 0.5 * math.erfc(-x * RSQRT2))
 
 
 def _forward(x: np.ndarray, bias: np.ndarray, tanh_form: bool, k: np.ndarray, y: np.ndarray, h: np.ndarray,
@@ -116,6 +129,12 @@ def _forward(x: np.ndarray, bias: np.ndarray, tanh_form: bool, k: np.ndarray, y:
                 yv, cdf = _phi(xi[j], k)
                 ai[j] = cdf
                 yi[j] = yv
+            cut = _tail(xi[0])[0]                          # the reference's tail, below x = -2 sqrt(2):
+            for j in range(c):                             # few elements, in a second pass
+                if xi[j] < cut:
+                    cdf = _tail(xi[j])[1]
+                    ai[j] = cdf
+                    yi[j] = xi[j] * cdf
 
 
 def _backward(dy: np.ndarray, h: np.ndarray, aux: np.ndarray, tanh_form: bool, k: np.ndarray,
