@@ -268,7 +268,7 @@ def _relu_backward_block(rows: slice, dy2: np.ndarray, x2: np.ndarray, dx2: np.n
 def gelu_forward(x: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Exact (erf) GELU, y = x Phi(x). Returns (y, cache); the cache holds (x, Phi(x)).
     bias (C,): y = gelu(x + bias), the cache then holds x + bias (the twin fuses the add)."""
-    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_forward", x.size):
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_forward", x.size, x.dtype):
         from .fused import activations as twin  # the compiled twin (numba, on first use)
         kernels.record("gelu_forward", "numba")
         return twin.gelu_forward(x, bias, False)
@@ -298,7 +298,7 @@ def gelu_forward(x: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndar
 def gelu_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """dx = dy (Phi(x) + x phi(x)), phi the standard normal density; reuses the forward's Phi."""
     x, cdf = cache
-    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_backward", x.size):
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_backward", x.size, x.dtype):
         from .fused import activations as twin
         kernels.record("gelu_backward", "numba")
         return twin.gelu_backward(dy, cache, False)
@@ -326,7 +326,7 @@ def gelu_tanh_forward(x: np.ndarray, bias: np.ndarray | None = None
     Returns (y, cache); the cache holds (x, tanh(u)). bias (C,): of x + bias, as ``gelu_forward``."""
     if x.dtype not in (np.float32, np.float64):
         raise TypeError(f"gelu_tanh needs float32 or float64, got dtype {x.dtype}")
-    if x.ndim > 0 and kernels.twins("gelu_tanh_forward", x.size):
+    if x.ndim > 0 and kernels.twins("gelu_tanh_forward", x.size, x.dtype):
         from .fused import activations as twin
         kernels.record("gelu_tanh_forward", "numba")
         return twin.gelu_forward(x, bias, True)
@@ -350,7 +350,7 @@ def gelu_tanh_backward(dy: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> 
     """dx = dy (0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2)), t = tanh(u), the forward's:
     the product rule on 0.5 x (1 + tanh(u)), with d tanh(u) / du = 1 - t^2 and du/dx = c (1 + 3 a x^2)."""
     x, t = cache
-    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_tanh_backward", x.size):
+    if x.dtype in kernels.FLOATS and x.ndim > 0 and kernels.twins("gelu_tanh_backward", x.size, x.dtype):
         from .fused import activations as twin
         kernels.record("gelu_tanh_backward", "numba")
         return twin.gelu_backward(dy, cache, True)
