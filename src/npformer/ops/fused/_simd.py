@@ -41,9 +41,10 @@ def _f32_from_bits(typingctx, bits):       # type: ignore[no-untyped-def]
 
     def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
         v = args[0]
-        if bits.bitwidth > 32:
+        width = int(getattr(bits, "bitwidth"))  # noqa: B009 (numba's Integer type; not in its stubs)
+        if width > 32:
             v = builder.trunc(v, ir.IntType(32))
-        elif bits.bitwidth < 32:
+        elif width < 32:
             v = builder.sext(v, ir.IntType(32))
         return builder.bitcast(v, ir.FloatType())
 
@@ -63,7 +64,7 @@ def exp32(x):  # type: ignore[no-untyped-def]
     p = p * r + _INV[2]
     p = p * r + _INV[1]
     p = p * r + _INV[0]
-    e = p * _f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+    e = p * _f32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))  # type: ignore[call-arg]
     return e if x >= _LO else F32(0.0)
 
 

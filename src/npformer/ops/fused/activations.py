@@ -26,7 +26,7 @@ import numpy as np
 from numba import prange, types
 from numba.core.extending import overload
 
-from .. import activations as ref
+from .. import _erf_tables as ref
 from ..kernels import Kernel
 from ._simd import exp32, tanh
 

@@ -58,9 +58,9 @@ def _backward(logits: np.ndarray, targets: np.ndarray, mx: np.ndarray, w: np.nda
         off = w[i, 1]
         for j in range(c):
             di[j] = exp(li[j] - m) * r - off
-        if w[i, 2] != 0.0:
-            t = targets[i]
-            di[t] = (exp(li[t] - m) * r - off) - w[i, 2]
+        if w[i, 2] != 0.0:                   # through dlogits itself: a store through the row view here
+            t = targets[i]                   # was lost in the parallel compilation (numba 0.68.1)
+            dlogits[i, t] = dlogits[i, t] - w[i, 2]
 
 
 forward_kernel = Kernel(_forward)
