@@ -53,7 +53,7 @@ def main() -> None:
     import scipy.special
     import torch
 
-    from npformer.ops import erf, gelu_backward, gelu_forward
+    from npformer.ops import erf, gelu_backward, gelu_forward, kernels
 
     threads = set_threads(args.threads, torch)
     print_setup(torch)
@@ -74,6 +74,7 @@ def main() -> None:
     }
     results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup, settle=args.settle)
                for a, b in PAIRS]
+    timed = kernels.summary()                                        # before the float64 checks below run
     got = {k: v for res in results for k, v in res.out.items()}
 
     # -- parity: the same values on both sides of each pair, each within its stated error ---------
@@ -95,6 +96,7 @@ def main() -> None:
 
     print(f"float32, n = {args.n:,}; per pair {args.pairs} rounds, order swapped each round, after {args.warmup} "
           f"warm-up round(s); torch on {threads} thread(s), numpy's element-wise loops on one")
+    print(f"kernels of the timed float32 calls: {timed}")
     for res in results:
         print_paired(res)
 

@@ -176,15 +176,7 @@ def test_cross_entropy_twin(dtype):
 
             (tl, td), (rl, rd) = both(["cross_entropy_forward", "cross_entropy_backward"], run, logits, targets)
             close(tl, rl)
-            if dtype == np.float32 and n == 1:
-                # one row: the target's entry is p r - (1 - eps) r, a cancellation in which the float32
-                # reference's own rounding is above 1e-6 of the tensor; the twin rounds once, and must be
-                # at least as close as the reference to the float64 reference on the same inputs
-                with ops.use_kernels("numpy"):
-                    _, td64 = run(logits.astype(np.float64), targets)
-                assert np.linalg.norm(td - td64) <= np.linalg.norm(rd - td64)
-            else:
-                close(td, rd)
+            close(td, rd)                                             # the reference's float32 steps
             if n > 1:
                 assert np.all(td[2] == 0)                             # the ignored row: exact zeros
     with ops.use_kernels("numba"):                                    # every row ignored: NaN, as torch

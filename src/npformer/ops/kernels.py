@@ -117,7 +117,8 @@ _F32 = frozenset({np.dtype(np.float32)})
 PAYS: dict[str, frozenset] = {
     "embedding_backward": _BOTH, "layernorm_forward": _BOTH, "layernorm_backward": _BOTH, "adam": _BOTH,
     "dropout_add_forward": _BOTH, "softmax_forward": _F32, "softmax_backward": _F32,
-    "gelu_forward": _F32, "gelu_backward": _F32, "gelu_tanh_forward": _F32, "gelu_tanh_backward": _F32}
+    "gelu_forward": _F32, "gelu_backward": _F32, "gelu_tanh_forward": _F32, "gelu_tanh_backward": _F32,
+    "cross_entropy_forward": _F32, "cross_entropy_backward": _F32}
 
 
 # auto takes a twin for arrays of this many elements or more (ops/parallel.py's MIN_ELEMENTS, 128K): the
