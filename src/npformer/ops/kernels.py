@@ -3,7 +3,7 @@
 Every op that has a twin keeps its NumPy reference as the code a learner reads and the
 specification the twin is tested against (tests/ops/test_twins.py). The choice:
 
-- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, on arrays of 128K
+- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, in its dtypes, on arrays of 128K
   elements or more, when numba imports),
   ``numba`` (every twin; an error if numba is missing) or ``numpy`` (the references only);
 - ``use_kernels(mode)`` sets the same in code, for the whole process, and restores the previous
