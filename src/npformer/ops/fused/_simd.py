@@ -106,7 +106,18 @@ def _tanh(x):  # type: ignore[no-untyped-def]
 _REASSOC = {"reassoc", "nsz"}
 
 
-@njit(cache=True, fastmath=_REASSOC)
+def _jit(**options):  # type: ignore[no-untyped-def]
+    """njit with numba's cache on disk, or without it where no cache directory is writable (the kernels
+    that call these then warn once, ``kernels._compile``)."""
+    def wrap(fn):  # type: ignore[no-untyped-def]
+        try:
+            return njit(cache=True, **options)(fn)
+        except RuntimeError:
+            return njit(cache=False, **options)(fn)
+    return wrap
+
+
+@_jit(fastmath=_REASSOC)
 def row_sum(a, lo, hi):  # type: ignore[no-untyped-def]
     """sum(a[lo:hi]) in float64."""
     s = 0.0
@@ -115,7 +126,7 @@ def row_sum(a, lo, hi):  # type: ignore[no-untyped-def]
     return s
 
 
-@njit(cache=True, fastmath=_REASSOC)
+@_jit(fastmath=_REASSOC)
 def row_dot(a, b, lo, hi):  # type: ignore[no-untyped-def]
     """sum(a[lo:hi] * b[lo:hi]) in float64, each product in float64."""
     s = 0.0
@@ -127,7 +138,7 @@ def row_dot(a, b, lo, hi):  # type: ignore[no-untyped-def]
 LANES = 16
 
 
-@njit(cache=True, fastmath={"nnan", "ninf", "nsz"})
+@_jit(fastmath={"nnan", "ninf", "nsz"})
 def row_max(a, lo, hi):  # type: ignore[no-untyped-def]
     """max(a[lo:hi]) in a's dtype, hi > lo: sixteen running maxima, branch-free (exact in any order).
     Compiled assuming no NaN: a NaN in the row goes on to the exp pass, whose sum it makes NaN."""
