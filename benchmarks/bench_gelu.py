@@ -48,12 +48,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000, help="array length (default 1,000,000)")
     add_pairs_args(ap, pairs=15, warmup=2, settle=0.0)
     add_threads_arg(ap)
+    ap.add_argument("--twin-threads", type=int, default=1,
+                    help="threads for npformer's compiled twins (parallel.limit; default 1, the library's default)")
     args = ap.parse_args()
 
     import scipy.special
     import torch
 
-    from npformer.ops import erf, gelu_backward, gelu_forward
+    from npformer.ops import erf, gelu_backward, gelu_forward, kernels, parallel
 
     threads = set_threads(args.threads, torch)
     print_setup(torch)
@@ -64,16 +66,21 @@ def main() -> None:
     out = np.empty_like(x)                                          # (N,) scipy writes here
     _, cache = gelu_forward(x)
 
+    def on_twin_threads(f):  # type: ignore[no-untyped-def]
+        with parallel.limit(args.twin_threads):
+            return f()
+
     sides = {
         "npformer erf": lambda: erf(x),
         "scipy.special.erf": lambda: scipy.special.erf(x, out=out),
-        "npformer gelu_forward": lambda: gelu_forward(x)[0],
+        "npformer gelu_forward": lambda: on_twin_threads(lambda: gelu_forward(x)[0]),
         "torch gelu": lambda: torch.nn.functional.gelu(xt).numpy(),
-        "npformer gelu_backward": lambda: gelu_backward(dy, cache),
+        "npformer gelu_backward": lambda: on_twin_threads(lambda: gelu_backward(dy, cache)),
         "torch gelu backward": lambda: torch.ops.aten.gelu_backward(dyt, xt).numpy(),
     }
     results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup, settle=args.settle)
                for a, b in PAIRS]
+    timed = kernels.summary()                                        # before the float64 checks below run
     got = {k: v for res in results for k, v in res.out.items()}
 
     # -- parity: the same values on both sides of each pair, each within its stated error ---------
@@ -95,6 +102,7 @@ def main() -> None:
 
     print(f"float32, n = {args.n:,}; per pair {args.pairs} rounds, order swapped each round, after {args.warmup} "
           f"warm-up round(s); torch on {threads} thread(s), numpy's element-wise loops on one")
+    print(f"kernels of the timed float32 calls: {timed}; compiled twins on {args.twin_threads} thread(s)")
     for res in results:
         print_paired(res)
 

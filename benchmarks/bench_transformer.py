@@ -61,7 +61,7 @@ from _common import (
 )
 from npformer.interop.torch import _key_to_torch
 from npformer.models import Transformer
-from npformer.ops import workspace
+from npformer.ops import kernels, workspace
 
 
 def eval_step(model, ref, src, tgt_in, tgt_out) -> tuple[float, dict, float, dict]:
@@ -100,6 +100,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_pairs_args(ap, pairs=15, warmup=2)
     add_threads_arg(ap)
+    ap.add_argument("--kernels-pairs", type=int, default=0, metavar="N",
+                    help="then N pairs of npformer's step on its kernels against NPFORMER_KERNELS=numpy (default 0)")
     args = ap.parse_args()
 
     threads = set_threads(args.threads, torch)
@@ -200,6 +202,18 @@ def main() -> None:
     for k, t in med.items():
         print(f"  {k:<24} {flops / t / 1e9:9.1f} GFLOP/s (median step), {flops / t / 1e9 / peak:6.1%} of numpy's "
               f"sgemm peak, {flops / t / 1e9 / t_peak:6.1%} of torch's")
+    if args.kernels_pairs:
+        # the same step on this process's kernel setting against the NumPy references alone, paired
+        print(f"\nnpformer's step on its kernels ({kernels.summary()}) against the NumPy references alone:")
+
+        def numpy_step():  # type: ignore[no-untyped-def]
+            with kernels.use_kernels("numpy"):
+                return np_step()
+
+        with workspace.keep_heap():
+            res2 = paired({"kernels": np_step, "numpy references": numpy_step}, args.kernels_pairs,
+                          warmup=args.warmup, settle=args.settle)
+        print_paired(res2)
 
 
 if __name__ == "__main__":

@@ -87,13 +87,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--only", default="", help="comma-separated words: run only the cases whose name holds one")
     ap.add_argument("--compare-threads", action="store_true", help="each twin on 2 threads against itself on 1")
     add_pairs_args(ap, settle=0.0)
     args = ap.parse_args()
     if kernels.numba_module() is None:
         raise SystemExit("bench_twins needs numba: pip install 'npformer[fast]'")
     print_setup()
+    only = [w for w in args.only.split(",") if w]
     for name, (setup, call) in cases(args.rows, args.width).items():
+        if only and not any(w in name for w in only):
+            continue
         inputs = {"twin": setup(), "reference": setup()}             # each side's own, made before timing
         with ops.use_kernels("numba"):
             call(*setup())                                               # compile (or load) before timing

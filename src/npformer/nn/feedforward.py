@@ -3,7 +3,8 @@
     FFN(x) = act(x W1^T + b1) W2^T + b2,  applied to each position alone.
 
 Children are named ``linear1``/``linear2`` as in torch's Transformer layers; dropout
-sits after the activation, where torch puts it.
+sits after the activation, where torch puts it. Where the GELU's compiled twin runs (``ops/kernels.py``),
+linear1's bias is added by the twin in its one pass over the activations, not by the linear.
 Dimension legend: ``...`` leading dims, E model width, F inner width (d_ff).
 """
 from __future__ import annotations
@@ -14,7 +15,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..ops import gelu_backward, gelu_forward, gelu_tanh_backward, gelu_tanh_forward, relu_backward, relu_forward
+from ..ops import (
+    gelu_backward,
+    gelu_forward,
+    gelu_tanh_backward,
+    gelu_tanh_forward,
+    kernels,
+    relu_backward,
+    relu_forward,
+)
+from ..ops.linear import linear_forward
 from .basic import Dropout, Linear
 from .module import Module, add_grads
 
@@ -22,6 +32,8 @@ from .module import Module, add_grads
 ACTIVATIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "relu": (relu_forward, relu_backward), "gelu": (gelu_forward, gelu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward)}       # GPT-2's "gelu_new"
+# activations whose compiled twin adds linear1's bias itself, in its one pass (ops/fused/activations.py)
+BIAS_FUSED = ("gelu", "gelu_tanh")
 
 
 class FeedForward(Module):
@@ -43,8 +55,14 @@ class FeedForward(Module):
 
     def forward(self, x: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
         act_f, _ = ACTIVATIONS[self.activation]
-        h, c1 = self.linear1.forward(x)                            # (..., F)
-        a, ca = act_f(h)                                           # (..., F)
+        w1, b1 = self.linear1.params["weight"], self.linear1.params.get("bias")
+        if (b1 is not None and self.activation in BIAS_FUSED
+                and kernels.twins(f"{self.activation}_forward", x.size // max(x.shape[-1], 1) * w1.shape[0], x.dtype)):
+            h, c1 = linear_forward(x, w1, b1, bias_later=True)     # (..., F) x W1^T: the twin adds b1
+            a, ca = act_f(h, b1)                                   # (..., F) act(x W1^T + b1), one pass
+        else:
+            h, c1 = self.linear1.forward(x)                        # (..., F)
+            a, ca = act_f(h)                                       # (..., F)
         a, cd = self.dropout.forward(a, rng, out=a)                # (..., F) in place: act's cache keeps no a
         y, c2 = self.linear2.forward(a)                            # (..., E)
         return y, (c1, ca, cd, c2)

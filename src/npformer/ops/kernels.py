@@ -3,7 +3,7 @@
 Every op that has a twin keeps its NumPy reference as the code a learner reads and the
 specification the twin is tested against (tests/ops/test_twins.py). The choice:
 
-- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, on arrays of 128K
+- ``NPFORMER_KERNELS``: ``auto`` (the default: the twins that pay, ``PAYS``, in its dtypes, on arrays of 128K
   elements or more, when numba imports),
   ``numba`` (every twin; an error if numba is missing) or ``numpy`` (the references only);
 - ``use_kernels(mode)`` sets the same in code, for the whole process, and restores the previous
@@ -106,13 +106,19 @@ def _require_numba() -> Any:
     return nb
 
 
-# The twins that auto runs: those whose paired benchmark (benchmarks/bench_twins.py, a (2048, 512) float32
-# step's arrays, one thread) gave a median ratio twin / reference of 0.9 or less. Provisional figures, from
-# 21 pairs on a 2-core Xeon loaded by other work: the embedding backward 0.49 (IQR 0.45-0.58), layer norm
-# forward+backward 0.68 (0.55-1.44). Not kept (docs/DESIGN.md): Adam 0.94, softmax with scale and mask
-# 1.07, exact GELU 2.55, GELU tanh 2.66, dropout with the residual add 2.70, cross-entropy 3.88.
-# ``numba`` runs every twin.
-PAYS = frozenset({"embedding_backward", "layernorm_forward", "layernorm_backward"})
+# The twins that auto runs, with the dtypes they run for: those whose paired benchmark
+# (benchmarks/bench_twins.py, a (2048, 512) float32 step's arrays, one thread; Adam also at 20 M and 63 M
+# parameters, benchmarks/bench_adam.py) gave a median ratio twin / reference of 0.9 or less (docs/DESIGN.md
+# has the figures and those not kept). The float32-only twins evaluate exp and tanh in float32 with
+# ``fused/_simd.py``, which vectorizes; their float64 compilations call the C library's exp, erfc and
+# tanh one element at a time and are not measured to pay. ``numba`` runs every twin in both dtypes.
+_BOTH = frozenset(FLOATS)
+_F32 = frozenset({np.dtype(np.float32)})
+PAYS: dict[str, frozenset] = {
+    "embedding_backward": _BOTH, "layernorm_forward": _BOTH, "layernorm_backward": _BOTH, "adam": _BOTH,
+    "dropout_add_forward": _BOTH, "softmax_forward": _F32, "softmax_backward": _F32,
+    "gelu_forward": _F32, "gelu_backward": _F32, "gelu_tanh_forward": _F32, "gelu_tanh_backward": _F32,
+    "cross_entropy_forward": _F32, "cross_entropy_backward": _F32}
 
 
 # auto takes a twin for arrays of this many elements or more (ops/parallel.py's MIN_ELEMENTS, 128K): the
@@ -121,17 +127,19 @@ PAYS = frozenset({"embedding_backward", "layernorm_forward", "layernorm_backward
 AUTO_MIN_ELEMENTS = 1 << 17
 
 
-def twins(op: str, size: int) -> bool:
-    """Whether ``op`` on an array of ``size`` elements runs its compiled twin now: on ``numba`` every
-    twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more, when numba imports; on
-    ``numpy`` none."""
+def twins(op: str, size: int, dtype: Any = None) -> bool:
+    """Whether ``op`` on an array of ``size`` elements (of ``dtype``, when given) runs its compiled twin
+    now: on ``numba`` every twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more in a
+    dtype PAYS names for them, when numba imports; on ``numpy`` none."""
     m = mode()
     if m == "numpy":
         return False
     if m == "numba":
         _require_numba()
         return True
-    return op in PAYS and size >= AUTO_MIN_ELEMENTS and numba_module() is not None
+    dtypes = PAYS.get(op)
+    return (dtypes is not None and size >= AUTO_MIN_ELEMENTS and (dtype is None or np.dtype(dtype) in dtypes)
+            and numba_module() is not None)
 
 
 def record(op: str, impl: str) -> None:
@@ -167,7 +175,8 @@ def describe() -> dict[str, Any]:
         out["numba"] = nb.__version__
         out["threading_layer"] = threading_layer()
         out["numba_threads"] = parallel.threads()
-        out["twins"] = sorted(PAYS) if m == "auto" else "all"
+        out["twins"] = sorted(op if PAYS[op] == _BOTH else f"{op} (float32)" for op in PAYS) if m == "auto" \
+            else "all"
     return out
 
 

@@ -22,12 +22,14 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b, out=out)
 
 
-def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, bias_later: bool = False
                    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, bool]]:
-    """x (..., I), w (O, I), b (O,) -> y (..., O). Returns (y, cache)."""
+    """x (..., I), w (O, I), b (O,) -> y (..., O). Returns (y, cache).
+    bias_later: y is x W^T alone, the caller adds b itself (the FFN's fused bias + GELU twin); the
+    cache is the same, so the backward still gives db."""
     x2 = x.reshape(-1, x.shape[-1])                               # (N, I), a view when x is contiguous
     y = _product(x2, w.T)                                         # (N, O)
-    if b is not None:
+    if b is not None and not bias_later:
         y += b
     return y.reshape(*x.shape[:-1], w.shape[0]), (x, w, b is not None)
 

@@ -34,7 +34,7 @@ def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray,
     # (and the row mean of z for smoothing), taken before the exp overwrites z.
     safe_t = np.where(valid, targets, 0)                           # (N,)
     if (logits.dtype in kernels.FLOATS and logits.flags.c_contiguous
-            and kernels.twins("cross_entropy_forward", logits.size)):
+            and kernels.twins("cross_entropy_forward", logits.size, logits.dtype)):
         from .fused import losses as twin  # the compiled twin (numba, on first use)
         kernels.record("cross_entropy_forward", "numba")
         return twin.cross_entropy_forward(logits, safe_t.astype(np.intp, copy=False), valid, label_smoothing)

@@ -83,7 +83,7 @@ def _twin_ok(op: str, x: np.ndarray, out: np.ndarray | None) -> bool:
     """Whether the twin takes this call: a float array of whole C-contiguous rows (and ``out`` alike)."""
     return (x.dtype in kernels.FLOATS and x.ndim > 0 and x.shape[-1] > 0 and x.flags.c_contiguous
             and (out is None or (out.flags.c_contiguous and out.shape == x.shape and out.dtype == x.dtype))
-            and kernels.twins(op, x.size))
+            and kernels.twins(op, x.size, x.dtype))
 
 
 def _softmax_backward_numpy(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None) -> np.ndarray:

@@ -23,25 +23,33 @@ def _adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, coef: np.n
     mode = 0 if wd == 0 else (1 if decoupled != 0 else 2)    # chosen once, so that the inner loops vectorize
     for c in prange((n + CHUNK - 1) // CHUNK):
         lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
-        if mode == 1:                                     # AdamW: shrink p directly
-            for i in range(lo, hi):
-                p[i] = p[i] * shrink
+        # views of the chunk, indexed from 0: LLVM vectorizes a loop over range(k) of these, not one
+        # over range(lo, hi) (numba's negative-index check on a start it cannot prove >= 0)
+        pc, gc, mc, vc = p[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
+        if mode == 1:                                     # AdamW: shrink p directly, then the step
+            for i in range(hi - lo):
+                gi = gc[i]
+                mi = mc[i] * b1 + one_b1 * gi
+                vi = vc[i] * b2 + one_b2 * (gi * gi)
+                mc[i] = mi
+                vc[i] = vi
+                pc[i] = pc[i] * shrink - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
         elif mode == 2:                                   # Adam: the L2 term joins the gradient
-            for i in range(lo, hi):
-                gi = g[i] + wd * p[i]
-                mi = m[i] * b1 + one_b1 * gi
-                vi = v[i] * b2 + one_b2 * (gi * gi)
-                m[i] = mi
-                v[i] = vi
-                p[i] = p[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
-            continue
-        for i in range(lo, hi):
-            gi = g[i]
-            mi = m[i] * b1 + one_b1 * gi
-            vi = v[i] * b2 + one_b2 * (gi * gi)
-            m[i] = mi
-            v[i] = vi
-            p[i] = p[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
+            for i in range(hi - lo):
+                gi = gc[i] + wd * pc[i]
+                mi = mc[i] * b1 + one_b1 * gi
+                vi = vc[i] * b2 + one_b2 * (gi * gi)
+                mc[i] = mi
+                vc[i] = vi
+                pc[i] = pc[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
+        else:
+            for i in range(hi - lo):
+                gi = gc[i]
+                mi = mc[i] * b1 + one_b1 * gi
+                vi = vc[i] * b2 + one_b2 * (gi * gi)
+                mc[i] = mi
+                vc[i] = vi
+                pc[i] = pc[i] - step * mi / (np.sqrt(vi) / sqrt_bc2 + eps)
 
 
 adam_kernel = Kernel(_adam)

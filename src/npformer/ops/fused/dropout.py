@@ -22,10 +22,12 @@ def _dropout_add(y: np.ndarray, x: np.ndarray, keep: np.ndarray, scale: np.ndarr
     s = scale[0]
     zero = scale[0] - scale[0]
     for c in prange((n + CHUNK - 1) // CHUNK):
-        for i in range(c * CHUNK, min(n, (c + 1) * CHUNK)):
-            m = s if keep[i] else zero
-            mask[i] = m
-            out[i] = y[i] * m + x[i]
+        lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
+        yc, xc, kc, oc, mc = y[lo:hi], x[lo:hi], keep[lo:hi], out[lo:hi], mask[lo:hi]   # indexed from 0:
+        for i in range(hi - lo):                                                          # LLVM vectorizes
+            m = s if kc[i] else zero
+            mc[i] = m
+            oc[i] = yc[i] * m + xc[i]
 
 
 kernel = Kernel(_dropout_add)

@@ -14,43 +14,46 @@ import numpy as np
 from numba import prange
 
 from ..kernels import Kernel
+from ._simd import exp, row_dot, row_max, row_sum
 
 
-def _forward(x: np.ndarray, scale: float, mask: np.ndarray, y: np.ndarray) -> None:
-    # x, y (R, N), y may be x; mask (R, N) bool (True: may attend) or (0, 0) for none
+def _forward(x: np.ndarray, scale: np.ndarray, mask: np.ndarray, y: np.ndarray) -> None:
+    # x, y (R, N), y may be x; scale (1,) in x's dtype; mask (R, N) bool (True: may attend) or (0, 0)
+    # for none. Per row: y = scale x (-inf where masked), its max, exp(y - max), their sum, y / sum;
+    # each pass over the row a loop that LLVM vectorizes (the row stays in cache between them)
     r, n = x.shape
     masked = mask.size > 0
+    s = scale[0]
+    zero = s - s
     for i in prange(r):
-        m = -np.inf
-        for j in range(n):
-            if not masked or mask[i, j]:
-                v = x[i, j] * scale
-                if v > m:
-                    m = v
+        xi, yi = x[i], y[i]
+        if masked:
+            mi = mask[i]
+            for j in range(n):
+                yi[j] = xi[j] * s if mi[j] else -np.inf
+        else:
+            for j in range(n):
+                yi[j] = xi[j] * s
+        m = row_max(yi, 0, n)
         if not math.isfinite(m):       # every key masked (or -inf): 0, as the reference
-            m = 0.0
-        s = 0.0
+            m = zero
         for j in range(n):
-            if not masked or mask[i, j]:
-                e = math.exp(x[i, j] * scale - m)
-                y[i, j] = e
-                s += e
-            else:
-                y[i, j] = 0.0
-        inv = 1.0 / s if s > 0.0 else 0.0
+            yi[j] = exp(yi[j] - m)     # in x's dtype; masked: exp(-inf) = 0 exactly
+        t = row_sum(yi, 0, n)
+        inv = 1.0 / t if t > 0.0 else 0.0
         for j in range(n):
-            y[i, j] = y[i, j] * inv
+            yi[j] = yi[j] * inv
 
 
-def _backward(dy: np.ndarray, y: np.ndarray, scale: float, dx: np.ndarray) -> None:
-    # dx = scale * y * (dy - sum(dy * y)), per row; dx may be dy
+def _backward(dy: np.ndarray, y: np.ndarray, scale: np.ndarray, dx: np.ndarray) -> None:
+    # dx = scale * y * (dy - sum(dy * y)), per row; dx may be dy; scale (1,) in the dtype
     r, n = dy.shape
+    sc = scale[0]
     for i in prange(r):
-        s = 0.0
+        dyi, yi, dxi = dy[i], y[i], dx[i]
+        t = row_dot(dyi, yi, 0, n)
         for j in range(n):
-            s += dy[i, j] * np.float64(y[i, j])
-        for j in range(n):
-            dx[i, j] = scale * (y[i, j] * (dy[i, j] - s))
+            dxi[j] = (yi[j] * (dyi[j] - t)) * sc
 
 
 forward_kernel = Kernel(_forward)
@@ -65,13 +68,13 @@ def softmax_forward(x: np.ndarray, out: np.ndarray | None, scale: float, mask: n
     x2, y2 = x.reshape(-1, n), y.reshape(-1, n)                       # (R, N) views (checked contiguous)
     m2 = np.zeros((0, 0), bool) if mask is None else \
         np.ascontiguousarray(np.broadcast_to(mask, x.shape), dtype=bool).reshape(-1, n)   # (R, N)
-    forward_kernel(x2, float(scale), m2, y2)
+    forward_kernel(x2, np.array([scale], x.dtype), m2, y2)
     return y, y
 
 
 def softmax_backward(dy: np.ndarray, y: np.ndarray, out: np.ndarray | None, scale: float) -> np.ndarray:
     n = y.shape[-1]
     dx = np.empty(y.shape, y.dtype) if out is None else out           # (..., N)
-    backward_kernel(np.ascontiguousarray(dy, y.dtype).reshape(-1, n), y.reshape(-1, n), float(scale),
+    backward_kernel(np.ascontiguousarray(dy, y.dtype).reshape(-1, n), y.reshape(-1, n), np.array([scale], y.dtype),
                     dx.reshape(-1, n))
     return dx
