@@ -65,7 +65,9 @@ def dirs(tmp_path_factory):
 
 
 def explore_in_child(*args) -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    # the NumPy kernels: the bound is on what the page keeps; a compiled twin's first call would add its
+    # runtime (numba and LLVM, about 150 MB once per process) to the peak, whatever the input
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", NPFORMER_KERNELS="numpy", PYTHONPATH=str(ROOT / "src"))
     try:
         proc = subprocess.run([sys.executable, "-c", CHILD, *map(str, args)], env=env,
                               capture_output=True, text=True, timeout=TIME_LIMIT)
