@@ -28,8 +28,8 @@ import npformer
 ROOT = Path(npformer.__file__).parent
 PKG = "npformer"
 LAYERS = [{"settings", "files"}, {"tensorfile"}, {"progress"}, {"ops"}, {"functional"}, {"nn"}, {"models"},
-          {"decode"}, {"pretrained"}, {"sim"}, {"data"}, {"train"}, {"viz", "explore"}, {"studies"}, {"lesson", "learn"},
-          {"cli", "__main__"}]
+          {"decode"}, {"pretrained"}, {"sim"}, {"data"}, {"train"}, {"viz", "explore"}, {"studies"},
+          {"lesson", "learn"}, {"cli", "__main__"}]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 LEAVES = LAYERS[0]
 INTEROP_MAY_IMPORT = LEAVES | {"ops", "nn", "models", "data", "train"}   # data, train: the torch engine
