@@ -49,7 +49,9 @@ class GripperTask(Task):
     @dataclass
     class Settings:
         demos: int = 1000                   # demonstration episodes (DART), recorded when the task first needs them
-        action_bins: int = 256              # bins per move axis (RT-2, OpenVLA: 256)
+        # bins per move axis. RT-2 and OpenVLA use 256; 32 trains better here (docs/vla.md): after 1,500 steps
+        # the 32-bin policy's held-out gripper-token accuracy was 0.91, the 256-bin one's 0.53 after 2,500
+        action_bins: int = 32
         chunk: int = 1                      # steps of actions per prediction (3 tokens each); only 1 is built
         text_encoder: str = "scratch"       # "scratch" (the policy's own word table) or "minilm" (frozen MiniLM)
         noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
@@ -221,12 +223,12 @@ class GripperTask(Task):
         for k, (source, number, text, colour, container) in enumerate(lines):
             mine = results[k * per_line:(k + 1) * per_line]
             rows.append({"file": source, "line": number, "instruction": text, "colour": colour,
-                         "container": container, "success": float(np.mean([r.success for r in mine])),
+                         "container": container, "success": sum(r.success for r in mine) / len(mine),
                          "unknown_words": self.reader.unknown(text)})
         files = []
         for source in dict.fromkeys(r["file"] for r in rows):
-            mine = [r["success"] for r in rows if r["file"] == source]
-            files.append({"file": source, "n_lines": len(mine), "success": float(np.mean(mine))})
+            scores = [float(r["success"]) for r in rows if r["file"] == source]
+            files.append({"file": source, "n_lines": len(scores), "success": float(np.mean(scores))})
         summary = summarize(results)
         return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows),
                 "episodes_per_line": per_line, "n": per_line * len(rows), "perturb": bool(perturb),
