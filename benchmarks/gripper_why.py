@@ -4,6 +4,7 @@
     python benchmarks/gripper_why.py tokens RUN [RUN]   # held-out teacher-forced token accuracy of trained runs
     python benchmarks/gripper_why.py probe gripper      # can the policy learn where the gripper is? (400 steps)
     python benchmarks/gripper_why.py probe block        # ... where the named block is? (400 steps)
+    python benchmarks/gripper_why.py probe gripper raw  # ... with a ViT's usual start instead of the task's
     python benchmarks/gripper_why.py ties RUN [N]       # batched against one-at-a-time episodes (N = 100)
 
 - ``tokenizer``: 500 evaluation episodes per bin count (8, 16, 32, 256), with and without the perturbations,
@@ -15,6 +16,8 @@
 - ``probe``: the gripper task's default policy (its initialisation included) trained for 400 steps of 64
   fresh scenes on one binary question, "is the gripper (or the named block) in the right half of the
   table?", asked as the dx token (bin 0 or the last); accuracy on 300 held-out scenes every 50 steps.
+  ``raw``: the patch embedding and its positions as ``PatchEmbedding`` starts them (uniform weights and
+  bias, positions N(0, 0.02)) instead of the task's start (``GripperTask.build_model``).
 - ``ties``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, played batched and then one at a time:
   how many end differently (steps or outcome).
 """
@@ -70,12 +73,19 @@ def tokens(runs: list[str]) -> None:
               f"gripper {acc['gripper']:.3f}; the move's sign right: dx {sign[0]:.3f} dy {sign[1]:.3f}")
 
 
-def probe(what: str) -> None:
+def probe(what: str, raw: bool = False) -> None:
     from npformer.train.clip import clip_by_global_norm
     from npformer.train.optim import AdamW
 
     task = GripperTask.create({"demos": 20})
     model = task.build_model(task.model_config({}), np.random.default_rng(0))
+    if raw:
+        pe = model.patch_embed.params
+        init = np.random.default_rng(1)
+        bound = 1 / np.sqrt(pe["weight"][0].size)
+        pe["weight"][:] = init.uniform(-bound, bound, pe["weight"].shape)
+        pe["bias"][:] = init.uniform(-bound, bound, pe["bias"].shape)
+        pe["pos_embed"][:] = init.standard_normal(pe["pos_embed"].shape) * 0.02
     last, bos = task.settings.action_bins - 1, task.settings.action_bins + 3
 
     def scenes(rng, n):
@@ -103,7 +113,8 @@ def probe(what: str) -> None:
             logits, _ = model.forward(*held[:3])
             model.train()
             right = ((logits[:, 0, :last + 1].argmax(-1) > last // 2) == (held[3][:, 0] > last // 2)).mean()
-            print(f"{what}: step {step}: right half or not, held-out accuracy {right:.3f}", flush=True)
+            label = f"{what} (raw start)" if raw else what
+            print(f"{label}: step {step}: right half or not, held-out accuracy {right:.3f}", flush=True)
 
 
 def ties(run: str, n: int) -> None:
@@ -130,4 +141,4 @@ if __name__ == "__main__":
     elif sys.argv[1] == "ties":
         ties(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 100)
     else:
-        probe(sys.argv[2] if len(sys.argv) > 2 else "block")
+        probe(sys.argv[2] if len(sys.argv) > 2 else "block", raw="raw" in sys.argv[3:])

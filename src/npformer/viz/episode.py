@@ -34,7 +34,8 @@ def frames_with_captions(frames: list[np.ndarray], actions: list[dict], end: str
     out = []
     for t, frame in enumerate(frames):
         h, w = frame.shape[:2]
-        big = Image.fromarray(np.asarray(frame, dtype=np.uint8)).resize((w * SCALE, h * SCALE), Image.Resampling.NEAREST)
+        big = Image.fromarray(np.asarray(frame, dtype=np.uint8))
+        big = big.resize((w * SCALE, h * SCALE), Image.Resampling.NEAREST)
         canvas = Image.new("RGB", (w * SCALE, h * SCALE + CAPTION), (255, 255, 255))
         canvas.paste(big, (0, 0))
         draw = ImageDraw.Draw(canvas)
