@@ -54,13 +54,14 @@ def test_registry():
 def test_registry_resolves_every_entry_and_names_a_module_that_fails(monkeypatch):
     from npformer.data import tasks
 
-    assert task_names() == ["copy", "dates", "digits", "tabletop", "text"]
+    assert task_names() == ["copy", "dates", "digits", "gripper", "tabletop", "text"]
     for name in task_names():
         cls = get_task(name)
         assert cls.name == name and issubclass(cls, tasks.Task)
         config_cls, model_cls = tasks.model_kind_classes(cls.model_kind)
         assert config_cls.__name__.endswith("Config") and callable(model_cls)
-    with pytest.raises(ValueError, match="unknown model kind 'nope'; known model kinds: classifier, decoder_lm"):
+    with pytest.raises(ValueError, match="unknown model kind 'nope'; known model kinds: action_lm, classifier, "
+                                         "decoder_lm"):
         tasks.model_kind_classes("nope")
     monkeypatch.setitem(tasks.TASKS, "broken", ("npformer.data.no_such_module", "BrokenTask"))
     with pytest.raises(ImportError, match="task 'broken': module npformer.data.no_such_module failed to import"):

@@ -19,9 +19,10 @@ STRIP_COLUMNS = 10              # frames per row of a PNG strip
 
 
 def caption(step: int, action: dict | None, end: str | None = None) -> list[str]:
-    """The caption's two lines: "step 3" and "move +0.50 -1.00 close" (or the outcome on the last frame)."""
+    """The caption's two lines: "step 3" and "+0.50 -1.00 close"; on the last frame "after step 3" and the
+    outcome."""
     if action is None:
-        return [f"step {step}", end or ""]
+        return [f"after step {step}", end or ""]
     dx, dy = (float(v) for v in np.asarray(action["move"]).reshape(2))
     return [f"step {step}", f"{dx:+.2f} {dy:+.2f} {COMMANDS[int(action['gripper'])]}"]
 
