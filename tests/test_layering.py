@@ -3,12 +3,13 @@
 Layers, lowest first; a module may import its own layer and the layers below it:
 
     settings, files  <  tensorfile  <  progress  <  ops  <  functional  <  nn  <  models  <  decode
-                     <  pretrained  <  data, sim  <  train  <  viz, explore  <  studies  <  lesson, learn  <  cli
+                     <  pretrained  <  sim  <  data  <  train  <  viz, explore  <  studies  <  lesson, learn  <  cli
 
 (tensorfile, the one reader and writer of safetensors, sits just above the leaf utilities: it needs
 numpy, and both train and pretrained import it. decode sits just above models, and below pretrained,
 so that a pretrained causal LM decodes with the KV cache; it imports only ops, nn and models. sim, the
-gripper world, shares data's rank: it reuses the tabletop's palette and instruction grammar.)
+gripper world, sits just below data: the palette and instruction grammar both tabletop worlds share live
+in sim/language.py, and data's tasks (data/gripper.py) import the world.)
 
 plus three rules: ``decode`` does not import ``data`` (training consumes tasks, decoding does not);
 ``interop`` (the PyTorch adapters) may import ops, nn and models (and the leaf utilities), and data
@@ -27,8 +28,8 @@ import npformer
 ROOT = Path(npformer.__file__).parent
 PKG = "npformer"
 LAYERS = [{"settings", "files"}, {"tensorfile"}, {"progress"}, {"ops"}, {"functional"}, {"nn"}, {"models"},
-          {"decode"}, {"pretrained"}, {"data", "sim"}, {"train"}, {"viz", "explore"}, {"studies"}, {"lesson", "learn"},
-          {"cli", "__main__"}]
+          {"decode"}, {"pretrained"}, {"sim"}, {"data"}, {"train"}, {"viz", "explore"}, {"studies"},
+          {"lesson", "learn"}, {"cli", "__main__"}]
 RANK = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
 LEAVES = LAYERS[0]
 INTEROP_MAY_IMPORT = LEAVES | {"ops", "nn", "models", "data", "train"}   # data, train: the torch engine

@@ -2,7 +2,7 @@
 every forward and backward pass written out and checked against PyTorch."""
 from .functional import attention
 
-__all__ = ["attention", "from_torch", "to_torch", "torch_style", "__version__"]
+__all__ = ["attention", "from_torch", "load_policy", "to_torch", "torch_style", "__version__"]
 
 
 def _version() -> str:
@@ -30,6 +30,9 @@ def __getattr__(name: str):
     if name in ("from_torch", "to_torch", "torch_style"):
         from . import interop
         return getattr(interop, name)
+    if name == "load_policy":  # a gripper run as a policy; loads numpy's training code, never torch or gymnasium
+        from .train.policy import load_policy
+        return load_policy
     if name == "__version__":  # read once, when first asked for: importlib.metadata costs ~20 ms
         globals()["__version__"] = version = _version()
         return version

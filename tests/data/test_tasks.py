@@ -54,7 +54,7 @@ def test_registry():
 def test_registry_resolves_every_entry_and_names_a_module_that_fails(monkeypatch):
     from npformer.data import tasks
 
-    assert task_names() == ["copy", "dates", "digits", "tabletop", "text"]
+    assert task_names() == ["copy", "dates", "digits", "gripper", "tabletop", "text"]
     for name in task_names():
         cls = get_task(name)
         assert cls.name == name and issubclass(cls, tasks.Task)

@@ -19,6 +19,15 @@ it prints the table as JSON. Nothing in training steers attention: this only obs
 
 The policy's logic (``scene_for_seed``, ``act``, ``describe``, ``attention_study``) lives in
 ``npformer.data.tabletop_policy``; ``make demo``'s tabletop step is ``npformer.cli.demo.step_tabletop``.
+
+On a gripper run (``npformer train gripper``) the policy acts over time:
+
+    npformer act runs/gripper --seed 3 [--instruction TEXT] [--perturb] [--out FILE]
+
+plays one episode, the same scene as ``npformer eval``'s episode 3 (under the run's seed), prints each
+step's action and the outcome, and writes the episode as an animated GIF (default DIR/act.gif), each frame
+captioned with its step and the decoded action; ``--out x.png`` writes a strip of the frames instead.
+``--study`` is a tabletop measurement and is refused on a gripper run.
 """
 from __future__ import annotations
 
@@ -37,7 +46,10 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="which scene (default 0)")
     p.add_argument("--instruction", metavar="TEXT",
                    help='e.g. "put the red block in the box" (default: one made up for the scene)')
-    p.add_argument("--out", metavar="FIG.png", help="where to draw the figure (default: DIR/act.png)")
+    p.add_argument("--out", metavar="FIG.png", help="where to draw the figure (default: DIR/act.png; a gripper "
+                   "run: DIR/act.gif, or a strip of frames with --out x.png)")
+    p.add_argument("--perturb", action="store_true",
+                   help="gripper: the episode with the world's perturbations (the target moves once; blocks slip)")
     p.add_argument("--study", type=int, metavar="N",
                    help="instead of acting: measure colour-word vs 'the' attention over N instructions (JSON)")
 
@@ -47,6 +59,10 @@ def run(args) -> int:
     from ..train.checkpoint import load_run
     from ..viz.vision import save_act
 
+    if (Path(args.run) / "config.json").is_file() and _task_of(args.run) == "gripper":
+        return _act_gripper(args)
+    if args.perturb:
+        raise CLIError("--perturb is an option of gripper runs (npformer train gripper)")
     if args.study is not None:
         if args.study < 1:
             raise CLIError(f"--study must be >= 1, got {args.study}")
@@ -85,3 +101,50 @@ def _verdict(res: dict) -> str:
     said = ", ".join(f"{k} {v}" for k, v in known.items())
     rest = "" if len(known) == 2 else f"; the {next(k for k in truth if k not in known)} is not checked"
     return f"{'right' if right else 'WRONG'} (the scene says {said}{rest})"
+
+
+def _task_of(run_dir) -> str:
+    from ..train.checkpoint import read_config
+
+    return read_config(run_dir)["task"]
+
+
+def _act_gripper(args) -> int:
+    """One episode of a gripper policy: its steps, its outcome, and the GIF (or PNG strip) of its frames."""
+    from ..data.gripper_policy import play_episode
+    from ..settings import FileFormatError
+    from ..sim.episodes import EVAL_STREAM
+    from ..sim.world import episode_seed
+    from ..train.checkpoint import CONFIG, load_run
+    from ..viz.episode import save_episode
+
+    if args.study is not None:
+        raise CLIError("--study measures the tabletop policy's attention on one-shot scenes; it is not built "
+                       "for a gripper run")
+    if args.seed < 0:
+        raise CLIError(f"--seed must be >= 0, got {args.seed}")
+    if args.instruction is not None and not args.instruction.strip():
+        raise CLIError("empty instruction: say what to do, e.g. \"put the red block in the box\"")
+    out = Path(args.out) if args.out else Path(args.run) / "act.gif"
+    if out.suffix.lower() not in (".gif", ".png"):
+        raise CLIError(f"--out must name a .gif (the episode) or .png (a strip of its frames), got {str(out)!r}")
+    r = load_run(args.run, task="gripper")
+    run_seed = r.config["train"].get("seed", 0)
+    if isinstance(run_seed, bool) or not isinstance(run_seed, int) or run_seed < 0:
+        raise FileFormatError(f"{r.path / CONFIG}: train.seed must be a non-negative int, got {run_seed!r}")
+    policy = r.task.policy(r.model)
+    if args.instruction is not None:
+        r.task.reader.inputs([args.instruction])            # a word the scratch policy does not know: refused
+    ep = play_episode(policy, episode_seed(run_seed, EVAL_STREAM, args.seed), args.instruction, args.perturb)
+    world = ep["world"]
+    print(f"episode {args.seed}: {ep['instruction']!r} (target: {world.target[0]} block in the {world.target[1]})")
+    for t, (a, p) in enumerate(zip(ep["actions"], ep["probs"], strict=True), start=1):
+        dx, dy = (float(v) for v in a["move"])
+        print(f"step {t:2d}: move {dx:+.2f} {dy:+.2f}  {('open', 'close', 'done')[a['gripper']]:5s}  "
+              f"p = {p[0]:.2f} {p[1]:.2f} {p[2]:.2f}")
+    for step, kind, colour in world.events:
+        print(f"event at step {step}: the {colour} block {kind}")
+    print(f"outcome: {ep['outcome']} after {world.steps} steps{' (truncated)' if world.truncated else ''}")
+    save_episode(out, ep["frames"], ep["actions"], ep["outcome"])
+    print(f"{'animation' if out.suffix.lower() == '.gif' else 'frames'}: {out}")
+    return 0

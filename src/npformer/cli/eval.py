@@ -13,6 +13,15 @@ whichever files stand beside it. The scratch policy reads such a word as its [UN
 anyway (a run saved before its word table had an [UNK] row reads it as padding, and the JSON's
 "unknown_as" says so); the MiniLM policy reads any text. ``npformer act`` still refuses an unknown
 word for the scratch policy. The package's paraphrase set is in ``npformer/data/paraphrases/``.
+
+On a gripper run (``npformer train gripper``) the policy acts over time: ``npformer eval RUN [--n N]
+[--seed S] [--perturb]`` plays N fresh episodes of each split, "test" and the held-out "yellow_bowl"
+(default 500 each; episode i from (S, the evaluation stream, i)), batched, one forward per step for
+every live episode, and prints success and its Wilson interval (z = 1.96), yellow_bowl_success and its
+interval, the outcome counts, how many were truncated and the mean episode length. ``--perturb`` turns on
+the world's perturbations (the target moves once before the grasp; a held block slips). With
+``--instructions FILE ...`` each line gets N / lines episodes (at least one; default N 500) whose scene
+holds its block and container; the overall success is the mean over the lines.
 """
 from __future__ import annotations
 
@@ -30,6 +39,8 @@ def add_arguments(p) -> None:
     p.add_argument("--instructions", metavar="FILE", nargs="+",
                    help="tabletop: score each line 'instruction<TAB>colour<TAB>container' of each FILE on fresh "
                         "scenes; the overall success is the mean over all the lines")
+    p.add_argument("--perturb", action="store_true",
+                   help="gripper: episodes with the world's perturbations (the target moves once; held blocks slip)")
 
 
 def run(args) -> int:
@@ -42,7 +53,12 @@ def run(args) -> int:
         return _instructions(args)
     r = load_run(args.run)
     seed = _seed(r, args)
-    metrics = r.task.evaluate(r.model, n=args.n, seed=seed)
+    if r.config["task"] == "gripper":
+        metrics = r.task.evaluate(r.model, n=args.n, seed=seed, perturb=args.perturb)
+    elif args.perturb:
+        raise CLIError(f"--perturb is an option of gripper runs; {args.run} holds a {r.config['task']!r} run")
+    else:
+        metrics = r.task.evaluate(r.model, n=args.n, seed=seed)
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
                       "primary_metric": r.task.primary_metric, **metrics}, indent=2))
     return 0
@@ -61,15 +77,30 @@ def _seed(r, args) -> int:
     return seed
 
 
+def _task_of(run_dir) -> str:
+    """The task config.json names (read_config's checks and one-line errors)."""
+    from ..train.checkpoint import read_config
+
+    return read_config(run_dir)["task"]
+
+
 def _instructions(args) -> int:
     """``--instructions FILE [FILE ...]``: each file's and each line's success on fresh scenes, as JSON."""
     from ..data.tabletop_policy import evaluate_instruction_files, read_instructions
     from ..train.checkpoint import load_run
+    from . import CLIError
 
     files = [(str(f), read_instructions(f)) for f in args.instructions]  # a bad file fails before the model loads
-    r = load_run(args.run, task="tabletop")
+    r = load_run(args.run, task=("gripper" if _task_of(args.run) == "gripper" else "tabletop"))
     seed = _seed(r, args)
-    res = evaluate_instruction_files(r.model, files, n=200 if args.n is None else args.n, seed=seed)
+    if r.config["task"] == "gripper":
+        lines = [(source, *line) for source, file_lines in files for line in file_lines]
+        res = r.task.evaluate_lines(r.model, lines, n=500 if args.n is None else args.n, seed=seed,
+                                    perturb=args.perturb)
+    elif args.perturb:
+        raise CLIError("--perturb is an option of gripper runs")
+    else:
+        res = evaluate_instruction_files(r.model, files, n=200 if args.n is None else args.n, seed=seed)
     print(json.dumps({"task": r.config["task"], "run": str(r.path), "step": r.step, "seed": seed,
                       "instructions": [str(f) for f in args.instructions], **res}, indent=2))
     return 0

@@ -22,12 +22,23 @@ C = 3 channels.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..ops import log_softmax
+from ..sim.language import (
+    BLOCK_NOUNS,
+    COLOURS,
+    CONTAINERS,
+    HELD_OUT,
+    PREPOSITIONS,
+    TABLE,
+    TEMPLATES,
+    make_instruction,
+    parse,
+    tokenize,
+)
 from .pretrained_text import PretrainedText
 from .tasks import Batch, Task
 
@@ -37,39 +48,6 @@ IMAGE_SIZE = GRID * CELL                    # 32
 N_CELLS = GRID * GRID                       # 16
 MAX_WORDS = 16                              # longest instruction, padded
 
-COLOURS = {                                 # name -> RGB in [0, 1]
-    "red": (0.85, 0.12, 0.10),
-    "green": (0.12, 0.68, 0.20),
-    "blue": (0.15, 0.30, 0.92),
-    "yellow": (0.95, 0.85, 0.10),
-    "purple": (0.58, 0.20, 0.75),
-}
-CONTAINERS = {                              # name -> RGB; the shape tells them apart too
-    "box": (0.45, 0.26, 0.07),              # a hollow brown square
-    "bowl": (0.22, 0.24, 0.30),             # a dark ring
-}
-TABLE = (0.86, 0.82, 0.72)                  # background
-HELD_OUT = ("yellow", "bowl")               # the pairing never seen in training
-
-# "{c}" colour, "{b}" block noun, "{k}" container, "{in}" a preposition into the container.
-TEMPLATES = [
-    "put the {c} {b} {in} the {k}",
-    "place the {c} {b} {in} the {k}",
-    "move the {c} {b} {in} the {k}",
-    "drop the {c} {b} {in} the {k}",
-    "pick up the {c} {b} and drop it {in} the {k}",
-    "pick up the {c} {b} and put it {in} the {k}",
-    # a few more of our own
-    "grab the {c} {b} and place it {in} the {k}",
-    "move the {c} {b} to the {k}",
-    "take the {c} {b} to the {k}",
-    "the {c} {b} goes {in} the {k}",
-    "could you put the {c} {b} {in} the {k} please",
-    "{in} the {k} put the {c} {b}",
-    "find the {c} {b} and move it {in} the {k}",
-]
-BLOCK_NOUNS = ("block", "cube")
-PREPOSITIONS = ("in", "into", "inside")
 PAD = "<pad>"
 UNK = "[UNK]"                               # a word the vocabulary lacks (``npformer eval --instructions``)
 
@@ -225,19 +203,6 @@ def render_scene(rng: np.random.Generator, require: tuple[str, str] | None = Non
 
 
 # -- instructions ------------------------------------------------------------------------------
-def make_instruction(colour: str, container: str, u: np.ndarray) -> str:
-    """An instruction for (colour, container); ``u`` (3,) uniforms in [0, 1) pick the template,
-    the block noun and the preposition."""
-    t = TEMPLATES[int(u[0] * len(TEMPLATES))]
-    return t.format(c=colour, k=container, b=BLOCK_NOUNS[int(u[1] * len(BLOCK_NOUNS))],
-                    **{"in": PREPOSITIONS[int(u[2] * len(PREPOSITIONS))]})
-
-
-def tokenize(instruction: str) -> list[str]:
-    """Lower-case words; punctuation is dropped."""
-    return re.sub(r"[^a-z\s]", " ", instruction.lower()).split()
-
-
 def encode(instruction: str, max_words: int = MAX_WORDS) -> np.ndarray:
     """Word ids (L,) padded with 0. Unknown words or too many words raise ValueError."""
     words = tokenize(instruction)
@@ -251,19 +216,6 @@ def encode(instruction: str, max_words: int = MAX_WORDS) -> np.ndarray:
     ids = np.zeros(max_words, dtype=np.int64)                     # (L,)
     ids[:len(words)] = [WORD_TO_ID[w] for w in words]
     return ids
-
-
-def parse(instruction: str) -> tuple[str, str]:
-    """The (colour, container) an instruction names, or ValueError if it names not exactly one of each."""
-    words = tokenize(instruction)
-    colours = sorted({w for w in words if w in COLOURS})
-    conts = sorted({w for w in words if w in CONTAINERS})
-    if len(colours) != 1:
-        raise ValueError(f"the instruction must name exactly one block colour ({', '.join(COLOURS)}), "
-                         f"found {colours or 'none'}")
-    if len(conts) != 1:
-        raise ValueError(f"the instruction must name exactly one container (box or bowl), found {conts or 'none'}")
-    return colours[0], conts[0]
 
 
 def check_instruction(scene: Scene, instruction: str) -> tuple[str, str]:

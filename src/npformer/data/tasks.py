@@ -57,6 +57,7 @@ TASKS: dict[str, tuple] = {
     "text": ("npformer.data.text", "TextTask"),
     "digits": ("npformer.data.digits", "DigitsTask"),
     "tabletop": ("npformer.data.tabletop", "TabletopTask"),
+    "gripper": ("npformer.data.gripper", "GripperTask"),
 }
 
 # model kind -> (module, config class name, model class name)

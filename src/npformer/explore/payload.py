@@ -573,6 +573,9 @@ def open_explorer(source) -> Explorer:
         return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
     run = load_run(source)
     kind = run.config["model_kind"]
+    if kind == "action_lm":
+        raise ValueError(f"the explorer's episode view for a policy that acts over time ({run.config['task']!r} "
+                         "task, action_lm model) is not built yet; npformer act RUN draws an episode")
     if kind not in EXPLORERS:
         raise ValueError(f"no explorer for the {run.config['task']!r} task ({kind} model); "
                          f"known model kinds: {', '.join(EXPLORERS)}")

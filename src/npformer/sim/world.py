@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data.tabletop import COLOURS, CONTAINERS, HELD_OUT, TABLE, make_instruction, parse
+from .language import COLOURS, CONTAINERS, HELD_OUT, TABLE, make_instruction, parse
 
 IMAGE_SIZE = 48                     # pixels a side
 PATCH_SIZE = 8                      # a 6 x 6 grid of patches
@@ -193,7 +193,7 @@ def new_episode(rng: np.random.Generator, split: str = "train", instruction: str
 
     Without ``instruction`` one is drawn from ``split``: "train" and "test" never pair yellow with the bowl,
     "yellow_bowl" always does. With one, ``target`` (colour, container) says what it asks; without a target
-    it is read from the instruction's words (``tabletop.parse``). The scene always holds the target. The
+    it is read from the instruction's words (``language.parse``). The scene always holds the target. The
     perturbations are drawn whether or not ``perturb`` is on, so both see the same scene.
     """
     if split not in SPLITS:

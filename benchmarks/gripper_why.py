@@ -1,0 +1,144 @@
+"""What limits the gripper policy: the measurements docs/vla.md quotes beside its targets.
+
+    python benchmarks/gripper_why.py tokenizer          # the expert acting through the tokenizer's round trip
+    python benchmarks/gripper_why.py tokens RUN [RUN]   # held-out teacher-forced token accuracy of trained runs
+    python benchmarks/gripper_why.py probe gripper      # can the policy learn where the gripper is? (400 steps)
+    python benchmarks/gripper_why.py probe block        # ... where the named block is? (400 steps)
+    python benchmarks/gripper_why.py probe gripper raw  # ... with a ViT's usual start instead of the task's
+    python benchmarks/gripper_why.py ties RUN [N]       # batched against one-at-a-time episodes (N = 100)
+
+- ``tokenizer``: 500 evaluation episodes per bin count (8, 16, 32, 256), with and without the perturbations,
+  played by the scripted expert whose every action goes through encode and decode first: the resolution's
+  own cost in success.
+- ``tokens``: on 40 demonstration episodes recorded from seed 999 (not a run's demo_seed unless set so),
+  each slot's accuracy (argmax over its allowed ids against the expert's token) and whether the move's sign
+  is right.
+- ``probe``: the gripper task's default policy (its initialisation included) trained for 400 steps of 64
+  fresh scenes on one binary question, "is the gripper (or the named block) in the right half of the
+  table?", asked as the dx token (bin 0 or the last); accuracy on 300 held-out scenes every 50 steps.
+  ``raw``: the patch embedding and its positions as ``PatchEmbedding`` starts them (uniform weights and
+  bias, positions N(0, 0.02)) instead of the task's start (``GripperTask.build_model``).
+- ``ties``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, played batched and then one at a time:
+  how many end differently (steps or outcome).
+"""
+import sys
+
+import numpy as np
+
+from npformer.data.gripper import GripperTask
+from npformer.sim.demos import record_demos
+from npformer.sim.env import GripperEnv
+from npformer.sim.episodes import EVAL_STREAM
+from npformer.sim.expert import expert_action
+from npformer.sim.render import render
+from npformer.sim.tokens import ActionTokenizer
+from npformer.sim.world import episode_seed, new_episode
+
+
+def tokenizer() -> None:
+    for bins in (8, 16, 32, 256):
+        tok = ActionTokenizer(bins, [-1, -1], [1, 1])
+        for perturb in (False, True):
+            wins = 0
+            for i in range(500):
+                env = GripperEnv()
+                _, info = env.reset(seed=episode_seed(0, EVAL_STREAM, i), options={"perturb": perturb})
+                while True:
+                    a = expert_action(info)
+                    moves, gripper = tok.decode(tok.encode(a["move"][None], np.array([a["gripper"]])))
+                    _, _, terminated, truncated, info = env.step({"move": moves[0], "gripper": int(gripper[0])})
+                    if terminated or truncated:
+                        break
+                wins += info["success"]
+            print(f"{bins:4d} bins, perturb {perturb!s:5}: the expert wins {wins} of 500")
+
+
+def tokens(runs: list[str]) -> None:
+    from npformer.train.checkpoint import load_run
+
+    for run in runs:
+        r = load_run(run, task="gripper")
+        task, model = r.task, r.model
+        demos = record_demos(40, 999, noise=task.settings.noise, flip=task.settings.flip,
+                             perturb=task.settings.perturb)
+        rows = np.arange(len(demos))
+        _, images, actions_in, targets = task.examples(demos, rows)
+        words = task.reader.inputs(demos.texts(rows))
+        logits, _ = model.forward(words, images.astype(model.dtype), actions_in)      # (M, 3, V_a)
+        bins = task.settings.action_bins
+        sign = [float(((logits[:, j, :bins].argmax(-1) >= bins // 2) == (targets[:, j] >= bins // 2)).mean())
+                for j in (0, 1)]
+        acc = task.token_accuracy(model, 40, 999)
+        print(f"{run}: step {r.step}, {bins} bins: accuracy dx {acc['dx']:.3f} dy {acc['dy']:.3f} "
+              f"gripper {acc['gripper']:.3f}; the move's sign right: dx {sign[0]:.3f} dy {sign[1]:.3f}")
+
+
+def probe(what: str, raw: bool = False) -> None:
+    from npformer.train.clip import clip_by_global_norm
+    from npformer.train.optim import AdamW
+
+    task = GripperTask.create({"demos": 20})
+    model = task.build_model(task.model_config({}), np.random.default_rng(0))
+    if raw:
+        pe = model.patch_embed.params
+        init = np.random.default_rng(1)
+        bound = 1 / np.sqrt(pe["weight"][0].size)
+        pe["weight"][:] = init.uniform(-bound, bound, pe["weight"].shape)
+        pe["bias"][:] = init.uniform(-bound, bound, pe["bias"].shape)
+        pe["pos_embed"][:] = init.standard_normal(pe["pos_embed"].shape) * 0.02
+    last, bos = task.settings.action_bins - 1, task.settings.action_bins + 3
+
+    def scenes(rng, n):
+        images, texts, xs = [], [], []
+        for _ in range(n):
+            w = new_episode(rng)
+            images.append(render(w))
+            texts.append(w.instruction)
+            xs.append(w.gripper[0] if what == "gripper" else w.blocks[w.target[0]][0])
+        targets = np.stack([np.where(np.array(xs) > 0.5, last, 0), np.zeros(n, int), np.full(n, last + 1)], 1)
+        actions_in = np.concatenate([np.full((n, 1), bos), targets[:, :2]], 1)
+        return task.reader.inputs(texts), np.stack(images).astype(np.float32) / 255, actions_in, targets
+
+    lr = 2e-3
+    opt = AdamW(model.state_dict(), lr=lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01,
+                decay=lambda k, p: p.ndim >= 2)
+    rng = np.random.default_rng(0)
+    held = scenes(np.random.default_rng(5), 300)
+    for step in range(1, 401):
+        _, grads = model.loss(*scenes(rng, 64))
+        clip_by_global_norm(grads, 1.0)
+        opt.step(grads, lr=lr)
+        if step % 50 == 0:
+            model.eval()
+            logits, _ = model.forward(*held[:3])
+            model.train()
+            right = ((logits[:, 0, :last + 1].argmax(-1) > last // 2) == (held[3][:, 0] > last // 2)).mean()
+            label = f"{what} (raw start)" if raw else what
+            print(f"{label}: step {step}: right half or not, held-out accuracy {right:.3f}", flush=True)
+
+
+def ties(run: str, n: int) -> None:
+    from npformer.sim.episodes import play, run_episodes
+    from npformer.train.checkpoint import load_run
+
+    r = load_run(run, task="gripper")
+    policy = r.task.policy(r.model)
+    batched, _ = run_episodes(policy.act_batch, n, 0)
+    differ = 0
+    for i in range(n):
+        alone, _ = play(policy.act_batch, [episode_seed(0, EVAL_STREAM, i)], [{"split": "test", "perturb": False}])
+        differ += (alone[0].steps, alone[0].outcome) != (batched[i].steps, batched[i].outcome)
+    print(f"{run}: {differ} of {n} episodes end differently played batched and one at a time")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties"):
+        sys.exit(__doc__)
+    if sys.argv[1] == "tokenizer":
+        tokenizer()
+    elif sys.argv[1] == "tokens":
+        tokens(sys.argv[2:])
+    elif sys.argv[1] == "ties":
+        ties(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 100)
+    else:
+        probe(sys.argv[2] if len(sys.argv) > 2 else "block", raw="raw" in sys.argv[3:])

@@ -1,0 +1,256 @@
+"""The gripper task: a policy that acts over time, trained by behaviour cloning (``npformer train gripper``).
+
+The world is ``npformer.sim``: a 48 x 48 image and an instruction in, a move and a gripper command out,
+for up to 50 steps. The policy is an ``ActionLM`` (a prefix-LM over the instruction's words, the image's
+patches and the step's action tokens), and the data are the scripted expert's demonstrations recorded
+with DART noise (``sim.demos``): each recorded step is one example, (instruction, image) -> the expert's
+clean action as three tokens (dx, dy, gripper; ``sim.tokens.ActionTokenizer``).
+
+- Demonstrations are generated on the fly when the task first needs them, from ``demo_seed`` on their own
+  seed stream (``sim.demos.DEMO_STREAM``; evaluation episodes come from ``sim.episodes.EVAL_STREAM``), so a
+  resumed run, or a torch worker, records the same ones. Nothing is written to disk.
+- The action tokenizer is fitted on them (the 1st and 99th percentiles of each move axis) when the run
+  starts, and saved in config.json's data settings (``tokenizer``); a bad value there is refused when the
+  run loads, naming config.json and the field.
+- Scoring (``evaluate``): success over n fresh episodes of the "test" split and of the held-out
+  "yellow_bowl" split, played batched (``sim.episodes.run_episodes``), with Wilson intervals, the
+  outcome counts, the truncated count and the mean episode length.
+
+Dimension legend: B examples, L words (or word pieces), S text-state width, H = W = 48 pixels.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops import sinusoidal_positions_2d
+from ..sim.demos import Demos, record_demos
+from ..sim.episodes import EVAL_STREAM, play, run_episodes, summarize
+from ..sim.language import TABLE
+from ..sim.tokens import TOKENS_PER_STEP, ActionTokenizer
+from ..sim.world import IMAGE_SIZE, PATCH_SIZE, episode_seed
+from .gripper_policy import GripperPolicy
+from .tabletop import MAX_WORDS, TEXT_ENCODERS, UNK_ID, VOCAB, model_words, real_words, text_reader
+from .tasks import Batch, Task
+
+N_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
+PIXEL_SCALE = 0.25                      # the patch embedding starts as if pixels were (x - TABLE) / PIXEL_SCALE
+LINES_STREAM = EVAL_STREAM + 1          # ``--instructions``: line k's episodes, apart from the plain evaluation's
+
+
+class GripperTask(Task):
+    name = "gripper"
+    model_kind = "action_lm"
+    primary_metric = "success"
+    higher_is_better = True
+    description = "a policy that acts over time: move the gripper, pick the named block, put it in the named container"
+
+    @dataclass
+    class Settings:
+        demos: int = 1000                   # demonstration episodes (DART), recorded when the task first needs them
+        # bins per move axis. RT-2 and OpenVLA use 256; 32 trains better here (docs/vla.md): after 1,500 steps
+        # the 32-bin policy's held-out gripper-token accuracy was 0.91, the 256-bin one's 0.53 after 2,500
+        action_bins: int = 32
+        chunk: int = 1                      # steps of actions per prediction (3 tokens each); only 1 is built
+        text_encoder: str = "scratch"       # "scratch" (the policy's own word table) or "minilm" (frozen MiniLM)
+        noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
+        flip: float = 0.05                  # DART: chance a step's executed open/close is flipped
+        perturb: float = 0.5                # share of demonstration episodes recorded with the perturbations on
+        eval_size: int = 500                # episodes per split when evaluating with no --n
+        demo_seed: int | None = None        # the demonstrations' seed (None: drawn from the run's seed at start)
+        tokenizer: dict | None = None       # the action tokenizer {"bins", "low", "high"}, fitted at start
+
+        def __post_init__(self) -> None:
+            for name, low in (("demos", 1), ("action_bins", 2), ("chunk", 1), ("eval_size", 1)):
+                v = getattr(self, name)
+                if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                    raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+            if self.chunk != 1:
+                raise ValueError(f"chunk must be 1 (one step of actions per prediction); action chunks are not built "
+                                 f"yet, got {self.chunk}")
+            if self.text_encoder not in TEXT_ENCODERS:
+                raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
+            for name in ("noise", "flip", "perturb"):
+                v = getattr(self, name)
+                if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
+                    raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
+            if self.demo_seed is not None and self.demo_seed < 0:
+                raise ValueError(f"demo_seed must be >= 0, got {self.demo_seed}")
+            if self.tokenizer is not None:
+                try:
+                    tok = ActionTokenizer.from_dict(self.tokenizer)
+                except ValueError as e:
+                    raise ValueError(f"data.tokenizer: {e}") from None
+                if tok.bins != self.action_bins:
+                    raise ValueError(f"data.tokenizer has {tok.bins} bins, but action_bins is {self.action_bins}")
+
+    settings: Settings
+
+    def __init__(self, settings=None) -> None:
+        super().__init__(settings)
+        self._demos: Demos | None = None
+
+    # -- reading and the tokenizer ------------------------------------------------------------------
+    @property
+    def reader(self):
+        """What turns instructions into the model's words (tabletop's readers: ``ScratchText``, MiniLM)."""
+        return text_reader(self.settings.text_encoder)
+
+    @property
+    def tokenizer(self) -> ActionTokenizer:
+        """The action tokenizer saved in the settings (fitted when the run started)."""
+        if self.settings.tokenizer is None:
+            raise ValueError("the gripper task has no action tokenizer yet: it is fitted when a run starts")
+        return ActionTokenizer.from_dict(self.settings.tokenizer)
+
+    def demos(self) -> Demos:
+        """The demonstrations, recorded on first use from ``demo_seed`` (the same ones every time)."""
+        if self._demos is None:
+            s = self.settings
+            if s.demo_seed is None:
+                raise ValueError("the gripper task has no demo_seed yet: it is drawn when a run starts")
+            self._demos = record_demos(s.demos, s.demo_seed, noise=s.noise, flip=s.flip, split="train",
+                                       perturb=s.perturb)
+        return self._demos
+
+    # -- the model ----------------------------------------------------------------------------------
+    def default_model_config(self) -> dict:
+        s = self.settings
+        cfg = {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
+               "in_channels": 3, "action_vocab": s.action_bins + 3, "action_len": TOKENS_PER_STEP * s.chunk,
+               "d_model": 64, "n_heads": 4, "d_ff": 256, "n_layers": 3, "dropout": 0.0}
+        if s.text_encoder != "scratch":
+            # as tabletop's MiniLM policy: 30% of the projected text features dropped, so that it reads the
+            # broad directions paraphrases share rather than the few that tell the template words apart
+            cfg.update(text_dim=self.reader.text_dim, max_words=self.reader.max_words, text_dropout=0.3)
+        return cfg
+
+    def build_model(self, config, rng: np.random.Generator):
+        """The model; for a new run (no tokenizer in the settings yet) also draws ``demo_seed`` from ``rng``
+        (unless set), records the demonstrations and fits the tokenizer, which config.json then keeps."""
+        s = self.settings
+        if s.tokenizer is None:
+            if s.demo_seed is None:
+                s.demo_seed = int(rng.integers(0, 2**31 - 1))
+            s.tokenizer = ActionTokenizer.fit(self.demos().moves, s.action_bins).to_dict()
+        model = super().build_model(config, rng)
+        c = model.config
+        want = {"action_vocab": s.action_bins + 3, "action_len": TOKENS_PER_STEP * s.chunk,
+                "text_dim": self.reader.text_dim}
+        for key, v in want.items():
+            if getattr(c, key) != v:
+                raise ValueError(f"the gripper task's settings (action_bins {s.action_bins}, chunk {s.chunk}, "
+                                 f"text_encoder {s.text_encoder!r}) need model.{key} = {v}, got {getattr(c, key)}")
+        if not c.text_dim and c.vocab_size == len(VOCAB):
+            model.word_embed.tok.params["weight"][UNK_ID] = 0      # as tabletop: [UNK] has no content of its own
+        # Where the policy starts, for the image (measured on a probe, "is the gripper in the right half", 400
+        # steps: with the defaults of a ViT it stays at chance; with these two it reads 0.96):
+        # - the patches' learned positions start as 2-D sinusoids (MAE's fixed table), not N(0, 0.02): the
+        #   action is a difference of two places in the image, and a 0.02 table hides where a patch is;
+        # - the patch embedding starts as if the pixels were normalised, (x - table) / 0.25, the usual input
+        #   normalisation folded into W and b: an object then stands out of the table's patches.
+        grid = c.image_size // c.patch_size
+        pe = model.patch_embed.params
+        pe["pos_embed"][0] = sinusoidal_positions_2d(grid, grid, c.d_model, model.dtype)
+        pe["weight"] *= pe["weight"].dtype.type(1 / PIXEL_SCALE)                                   # (E, C, P, P)
+        pe["bias"][:] = -np.einsum("ecpq,c->e", pe["weight"], np.asarray(TABLE, dtype=pe["weight"].dtype))
+        return model
+
+    def default_train_config(self) -> dict:
+        # sized to finish, with its evaluations, within 10 minutes on 2 shared cores (docs/vla.md); one BLAS
+        # thread: the matrices are 64 wide, and a second thread costs more than it gives when cores are shared
+        return {"steps": 2500, "batch_size": 64, "schedule": "cosine", "lr": 2e-3, "warmup": 100,
+                "optimizer": "adamw", "weight_decay": 0.01, "label_smoothing": 0.0, "eval_every": 1000,
+                "eval_n": 100, "blas_threads": 1}
+
+    # -- training -----------------------------------------------------------------------------------
+    def examples(self, demos: Demos, rows: np.ndarray):
+        """The model's arrays for recorded steps ``rows``: (words, images float [0, 1], actions_in
+        [BOS, t0, t1], targets [t0, t1, t2])."""
+        tokens = self.tokenizer.encode(demos.moves[rows], demos.gripper[rows])      # (B, 3)
+        bos = np.full((len(rows), 1), self.settings.action_bins + 3, dtype=np.int64)  # (B, 1)
+        words = self.reader.inputs(demos.texts(rows))                               # (B, L) or (B, L, S)
+        images = demos.images[rows].astype(np.float32) / np.float32(255)            # (B, H, W, 3)
+        return words, images, np.concatenate([bos, tokens[:, :-1]], axis=1), tokens
+
+    def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
+        demos = self.demos()
+        rows = rng.integers(0, len(demos), batch_size)
+        words, images, actions_in, targets = self.examples(demos, rows)
+        n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP)
+        return Batch((words, images, actions_in, targets), n_tokens=n_tokens)
+
+    # -- scoring ------------------------------------------------------------------------------------
+    def policy(self, model, unknown_ok: bool = False, temperature: float = 0.0, seed: int | None = None):
+        return GripperPolicy(model, self.tokenizer, self.reader, temperature=temperature, seed=seed,
+                             unknown_ok=unknown_ok)
+
+    def evaluate(self, model, n: int | None = None, seed: int = 0, perturb: bool = False) -> dict:
+        """``n`` fresh episodes of the "test" split and ``n`` of "yellow_bowl" (episode i from (seed,
+        EVAL_STREAM, i)), played by the greedy policy: success and its Wilson interval, the outcomes, the
+        truncated count and the mean steps of the test split; yellow_bowl_success and its interval."""
+        n = self.settings.eval_size if n is None else int(n)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        act = self.policy(model).act_batch
+        _, test = run_episodes(act, n, seed, split="test", perturb=perturb)
+        _, yellow = run_episodes(act, n, seed, split="yellow_bowl", perturb=perturb)
+        return {"success": test["success"], "success_ci95": test["success_ci95"],
+                "yellow_bowl_success": yellow["success"], "yellow_bowl_ci95": yellow["success_ci95"],
+                "n": n, "perturb": bool(perturb), "mean_steps": test["mean_steps"], "truncated": test["truncated"],
+                "outcomes": test["outcomes"]}
+
+    def evaluate_lines(self, model, lines: list, n: int, seed: int = 0, perturb: bool = False) -> dict:
+        """``npformer eval --instructions``: lines [(source, line number, instruction, colour, container)];
+        each line gets max(1, n // lines) fresh episodes whose scene holds that block and container (line
+        k's episode j from (seed, LINES_STREAM, k * per_line + j)), all played in one batch. The overall
+        success is the mean over lines; each file's and each line's success are given too."""
+        if not lines:
+            raise ValueError("no instructions given")
+        per_line = max(1, n // len(lines))
+        policy = self.policy(model, unknown_ok=True)
+        for source, number, text, _, _ in lines:                                   # every line checked first
+            try:
+                model_words(self.reader, model, [text], unknown_ok=True)
+            except ValueError as e:
+                raise ValueError(f"{source} line {number}: {e}") from None
+        seeds = [episode_seed(seed, LINES_STREAM, i) for i in range(per_line * len(lines))]
+        options = [{"split": "test", "perturb": bool(perturb), "instruction": text, "target": (colour, container)}
+                   for _, _, text, colour, container in lines for _ in range(per_line)]
+        results, _ = play(policy.act_batch, seeds, options)
+        rows = []
+        for k, (source, number, text, colour, container) in enumerate(lines):
+            mine = results[k * per_line:(k + 1) * per_line]
+            rows.append({"file": source, "line": number, "instruction": text, "colour": colour,
+                         "container": container, "success": sum(r.success for r in mine) / len(mine),
+                         "unknown_words": self.reader.unknown(text)})
+        files = []
+        for source in dict.fromkeys(r["file"] for r in rows):
+            scores = [float(r["success"]) for r in rows if r["file"] == source]
+            files.append({"file": source, "n_lines": len(scores), "success": float(np.mean(scores))})
+        summary = summarize(results)
+        return {"success": float(np.mean([r["success"] for r in rows])), "n_lines": len(rows),
+                "episodes_per_line": per_line, "n": per_line * len(rows), "perturb": bool(perturb),
+                "text_encoder": self.reader.name, "outcomes": summary["outcomes"], "truncated": summary["truncated"],
+                "mean_steps": summary["mean_steps"], "files": files, "lines": rows}
+
+    def token_accuracy(self, model, n_episodes: int, seed: int, batch_size: int = 256) -> dict:
+        """Teacher-forced action-token accuracy on ``n_episodes`` demonstrations recorded from ``seed`` (give
+        one other than ``demo_seed`` for held-out ones): the share of tokens whose argmax over their slot's
+        allowed ids is the expert's, per slot ("dx", "dy", "gripper") and over all three ("all")."""
+        s = self.settings
+        demos = record_demos(n_episodes, seed, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb)
+        tok = self.tokenizer
+        allowed = [tok.allowed(j) for j in range(model.config.action_len)]
+        right = np.zeros(len(allowed))                                                 # (A,)
+        for i in range(0, len(demos), batch_size):
+            rows = np.arange(i, min(i + batch_size, len(demos)))
+            _, images, actions_in, targets = self.examples(demos, rows)
+            words = model_words(self.reader, model, demos.texts(rows))
+            logits, _ = model.forward(words, images.astype(model.dtype), actions_in)   # (B, A, V_a)
+            for j, ids in enumerate(allowed):
+                pred = ids[logits[:, j, ids].argmax(axis=-1)]                           # (B,)
+                right[j] += int((pred == targets[:, j]).sum())
+        acc = right / len(demos)
+        return {"dx": float(acc[0]), "dy": float(acc[1]), "gripper": float(acc[2]), "all": float(acc.mean())}
