@@ -566,9 +566,10 @@ def open_explorer(source) -> Explorer:
         return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
     run = load_run(source)
     kind = run.config["model_kind"]
-    if kind == "action_lm":
-        raise ValueError(f"the explorer's episode view for a policy that acts over time ({run.config['task']!r} "
-                         "task, action_lm model) is not built yet; npformer act RUN draws an episode")
+    if kind == "action_lm":                                      # a policy over time: the episode view
+        from .episode import EpisodeExplorer
+
+        return EpisodeExplorer(run)
     if kind not in EXPLORERS:
         raise ValueError(f"no explorer for the {run.config['task']!r} task ({kind} model); "
                          f"known model kinds: {', '.join(EXPLORERS)}")
@@ -576,15 +577,21 @@ def open_explorer(source) -> Explorer:
 
 
 def parse_inputs(ex: Explorer, inputs: list[str], seed: int | None = None,
-                 instruction: str | None = None) -> list[dict]:
-    """The command line's INPUT... (and --seed/--instruction for tabletop) as input dicts; the explorer's
-    default input when none is given."""
+                 instruction: str | None = None, perturb: bool = False) -> list[dict]:
+    """The command line's INPUT... (and --seed/--instruction for tabletop and gripper, --perturb for
+    gripper) as input dicts; the explorer's default input when none is given."""
+    if ex.kind == "action_lm":
+        if inputs:
+            raise ValueError("a gripper run takes --seed S, --instruction TEXT and --perturb, not positional inputs")
+        return [{"seed": 0 if seed is None else seed, "instruction": instruction, "perturb": int(perturb)}]
+    if perturb:
+        raise ValueError("--perturb is for a gripper run (an episode with the world's perturbations)")
     if isinstance(ex, VLAExplorer):
         if inputs:
             raise ValueError("a tabletop run takes --seed S and --instruction TEXT, not positional inputs")
         return [{"seed": 0 if seed is None else seed, "instruction": instruction}]
     if seed is not None or instruction is not None:
-        raise ValueError("--seed and --instruction are for a tabletop run")
+        raise ValueError("--seed and --instruction are for a tabletop run (and a gripper run)")
     if not inputs:
         return ex.default_inputs()
     name = ex.fields[0]["name"]
