@@ -212,8 +212,8 @@ class EpisodeExplorer(RunExplorer):
                            "meta": {"instruction": world.instruction, "seed": seed, "perturb": int(world.perturb),
                                     "step": f"{i + 1} of {n}"}})
             p = ep["dists"][i]                                                         # (A, V_a)
-            top.append([[[int(t), round(float(p[j, t]), 6)] for t in np.argsort(-p[j], kind="stable")[:TOP]]
-                        for j in range(len(SLOTS))])
+            top.append([[[int(t), round(float(p[j, t]), 6)] for t in ids[np.argsort(-p[j, ids], kind="stable")[:TOP]]]
+                        for j, ids in enumerate(policy.allowed)])                # the slot's own ids only
             dists.append(p[:2, :tok.bins])                                             # (2, B)
         episode = {
             "seed": seed, "instruction": world.instruction, "perturb": bool(world.perturb),
