@@ -1,6 +1,6 @@
 """The explorer's episode view for a policy that acts over time (a gripper run: ``action_lm`` model).
 
-    ex = open_explorer("runs/gripper")          # payload.open_explorer sends action_lm runs here
+    ex = open_explorer("runs/gripper")          # payload.open_explorer sends action_lm runs here (open_run)
     payload = ex.payload([{"seed": 3, "instruction": None, "perturb": 0}])
 
 One input is an episode: ``GripperEnv`` reset with the seed (and the instruction, and the perturbations
@@ -81,6 +81,11 @@ def play(policy, seed: int, instruction: str | None, perturb: bool) -> dict:
     assert env.world is not None
     return {"frames": frames, "path": path, "tokens": np.stack(tokens), "dists": np.stack(dists),
             "world": env.world, "outcome": outcome(env.world)}
+
+
+def open_run(run) -> EpisodeExplorer:
+    """The explorer of an action_lm run (payload.open_explorer's RUN_MODULES names this module)."""
+    return EpisodeExplorer(run)
 
 
 class EpisodeExplorer(RunExplorer):

@@ -544,6 +544,9 @@ class MiniLMExplorer(Explorer):
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+# a run's model kind -> the module whose open_run(run) explores it (imported when needed: it imports this module);
+# action_lm: a policy that acts over time, shown as its episode (explore/episode.py)
+RUN_MODULES = {"action_lm": "npformer.explore.episode"}
 # a Hugging Face directory's config.json model_type -> its explorer class, or the module whose open_dir(path)
 # explores one (imported when needed: explore.causal imports this module)
 HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer,
@@ -566,13 +569,11 @@ def open_explorer(source) -> Explorer:
         return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
     run = load_run(source)
     kind = run.config["model_kind"]
-    if kind == "action_lm":                                      # a policy over time: the episode view
-        from .episode import EpisodeExplorer
-
-        return EpisodeExplorer(run)
+    if kind in RUN_MODULES:
+        return importlib.import_module(RUN_MODULES[kind]).open_run(run)
     if kind not in EXPLORERS:
         raise ValueError(f"no explorer for the {run.config['task']!r} task ({kind} model); "
-                         f"known model kinds: {', '.join(EXPLORERS)}")
+                         f"known model kinds: {', '.join([*EXPLORERS, *RUN_MODULES])}")
     return EXPLORERS[kind](run)
 
 
