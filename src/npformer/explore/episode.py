@@ -73,7 +73,8 @@ def play(policy, seed: int, instruction: str | None, perturb: bool) -> dict:
         moves, gripper = policy.tokenizer.decode(tok)
         tokens.append(tok[0])
         dists.append(probs[0])
-        obs, _, terminated, truncated, info = env.step({"move": np.clip(moves[0], -1.0, 1.0), "gripper": int(gripper[0])})
+        action = {"move": np.clip(moves[0], -1.0, 1.0), "gripper": int(gripper[0])}
+        obs, _, terminated, truncated, info = env.step(action)
         frames.append(obs["image"])
         path.append(info["gripper"])
         if terminated or truncated:
@@ -159,61 +160,48 @@ class EpisodeExplorer(RunExplorer):
         from ..data.tabletop import model_words
 
         model, tok = self.run.model, policy.tokenizer
-        world = ep["world"]
-        frames = ep["frames"]
-        n = len(ep["tokens"])
+        world, frames, tokens = ep["world"], ep["frames"], ep["tokens"]               # tokens (S, A)
+        n = len(tokens)
         words1 = model_words(policy.reader, model, [world.instruction])               # (1, W) or (1, W, S)
         words = np.repeat(words1, n, axis=0)                                           # (S, W...)
         images = np.stack(frames[:n]).astype(model.dtype) / model.dtype.type(255)     # (S, H, W, 3)
-        tokens = ep["tokens"]                                                          # (S, A)
         actions_in = np.concatenate([np.full((n, 1), model.config.bos_id), tokens[:, :-1]], axis=1)  # (S, A)
         logits, cache = model.forward(words, images, actions_in)                       # (S, A, V_a)
         lay = model.layout(words.shape[1])
         acts = np.arange(lay["actions"].start, lay["actions"].stop)                    # (A,) query rows
         mask = model.attention_mask(words1, len(SLOTS))[0, 0]                          # (T, T)
-        grads_by_slot = []
-        for j in range(len(SLOTS)):                                                    # one backward per slot
-            d = np.zeros(logits.shape, dtype=logits.dtype)
-            d[np.arange(n), j, tokens[:, j]] = 1.0
-            with rel.reporting_weights_grad(model):
-                _, g = model.backward(d, cache)
-            grads_by_slot.append(rel.stacked({k[:-len(".attention_weights")]: v for k, v in g.items()
-                                              if k.endswith(".attention_weights")}, "encoder", model.config.n_layers))
+        grads = [self._slot_grads(logits, cache, j, tokens[:, j]) for j in range(len(SLOTS))]
         keys, kinds = self._labels(policy, world.instruction, words.shape[1], words1)
-        labels = [str(i) for i in range(tok.bins)] + list(COMMANDS)
-        per_copy = int(np.prod((model.config.n_layers, model.config.n_heads, mask.shape[0], mask.shape[0])))
-        units = model.config.n_layers * model.config.n_heads
-        knock_steps = max(0, min(n, KNOCKOUT_SCORES // max(1, per_copy * (units + 1))))
+        labels = [str(i) for i in range(tok.bins)] + list(COMMANDS)                   # each action id's name
+        c = model.config
+        per_copy = c.n_layers * c.n_heads * mask.shape[0] * mask.shape[0]              # scores of one forward
+        knock_steps = max(0, min(n, KNOCKOUT_SCORES // (per_copy * (c.n_layers * c.n_heads + 1))))
         inputs, dists, top = [], [], []
         for i in range(n):
             g = cap.capture("action_lm", cache, {"self": mask}, index=i)["self"]
             key_labels = keys + [action_label("BOS"), action_label(f"dx={tokens[i, 0]}"),
                                  action_label(f"dy={tokens[i, 1]}")]
-            key_kinds = kinds + ["action"] * len(SLOTS)
-            names = [f"{s}: {self._token_name(tok, j, int(tokens[i, j]))}" for j, s in enumerate(SLOTS)]
-            relevance = {name: rel.self_relevance(g.weights, grads_by_slot[j][:, i])
-                         for j, name in enumerate(names)}
+            chosen = [self._token_name(tok, j, int(tokens[i, j])) for j in range(len(SLOTS))]
+            names = [f"{s}: {t}" for s, t in zip(SLOTS, chosen, strict=True)]
+            relevance = {name: rel.self_relevance(g.weights, grads[j][:, i]) for j, name in enumerate(names)}
+            choices = [tg.Target(j, int(tokens[i, j]), 0) for j in range(len(SLOTS))]
             targets = [_target(name, "self", j, f"logit of {SLOTS[j]} token {int(tokens[i, j])} (query "
-                                                f"{key_labels[acts[j]]}, position {acts[j]})",
-                               tg.Target(j, int(tokens[i, j]), 0), SLOTS[j], self._token_name(tok, j, int(tokens[i, j])))
+                               f"{key_labels[acts[j]]}, position {acts[j]})", choices[j], SLOTS[j], chosen[j])
                        for j, name in enumerate(names)]
             knock = None
             if i < knock_steps:
-                w_i, im_i, a_i = words[i:i + 1], images[i:i + 1], actions_in[i:i + 1]
-                full_rel = {"self": relevance}
-                knock = ko.knockout_json(
-                    model, "action_lm", {"self": g},
-                    lambda k, w_i=w_i, im_i=im_i, a_i=a_i: model.forward(np.repeat(w_i, k, 0), np.repeat(im_i, k, 0),
-                                                                         np.repeat(a_i, k, 0))[0],
-                    [tg.Target(j, int(tokens[i, j]), 0) for j in range(len(SLOTS))], full_rel, names,
-                    {"self": [int(a) for a in acts]}, labels=labels)
+                one = (words[i:i + 1], images[i:i + 1], actions_in[i:i + 1])
+                knock = ko.knockout_json(model, "action_lm", {"self": g},
+                                         lambda k, one=one: model.forward(*(np.repeat(x, k, 0) for x in one))[0],
+                                         choices, {"self": relevance}, names, {"self": [int(a) for a in acts]},
+                                         labels=labels)
                 knock["groups"]["self"]["queries"] = list(range(len(SLOTS)))          # rows of the kept group
-            group = self._group(g, acts, key_labels, key_kinds, relevance)
             move, grip = tok.decode(tokens[i:i + 1])
-            label = (f"step {i + 1}: dx {move[0, 0]:+.3f}, dy {move[0, 1]:+.3f}, {COMMANDS[int(grip[0])]}")
-            inputs.append({"label": label, "output": f"{', '.join(names)}", "targets": targets, "knockout": knock,
-                           "groups": [group], "image": _image_json(frames[i] / 255.0, model.config.patch_size,
-                                                                   lay["patches"].start),
+            inputs.append({"label": f"step {i + 1}: dx {move[0, 0]:+.3f}, dy {move[0, 1]:+.3f}, "
+                                    f"{COMMANDS[int(grip[0])]}",
+                           "output": ", ".join(names), "targets": targets, "knockout": knock,
+                           "groups": [self._group(g, acts, key_labels, kinds + ["action"] * len(SLOTS), relevance)],
+                           "image": _image_json(frames[i] / 255.0, c.patch_size, lay["patches"].start),
                            "meta": {"instruction": world.instruction, "seed": seed, "perturb": int(world.perturb),
                                     "step": f"{i + 1} of {n}"}})
             p = ep["dists"][i]                                                         # (A, V_a)
@@ -225,15 +213,27 @@ class EpisodeExplorer(RunExplorer):
             "target": list(world.target), "outcome": ep["outcome"], "success": bool(world.success),
             "truncated": bool(world.truncated), "steps": n, "query_offset": int(acts[0]), "slots": list(SLOTS),
             "bins": tok.bins, "commands": list(COMMANDS), "knockout_steps": knock_steps,
-            "events": [{"step": int(s), "kind": k, "colour": c} for s, k, c in world.events],
-            "path": [[round(float(x), 5), round(float(y), 5), bool(c)] for x, y, c in ep["path"]],
+            "events": [{"step": int(at), "kind": what, "colour": colour} for at, what, colour in world.events],
+            "path": [[round(float(x), 5), round(float(y), 5), bool(closed)] for x, y, closed in ep["path"]],
             "tokens": tokens.astype(int).tolist(),
             "moves": [[round(float(v), 5) for v in m] for m in tok.decode(tokens)[0]],
             "top": top,
             "dists": encode_array(np.stack(dists), "f16"),                              # (S, 2, B)
-            "final_image": _image_json(frames[n] / 255.0, model.config.patch_size, lay["patches"].start),
+            "final_image": _image_json(frames[n] / 255.0, c.patch_size, lay["patches"].start),
         }
         return inputs, episode
+
+    def _slot_grads(self, logits: np.ndarray, cache, slot: int, ids: np.ndarray) -> np.ndarray:
+        """d logit[i, slot, ids[i]] / d weights of every step i at once, (L, S, H, T, T): one backward, the
+        batch's rows being independent."""
+        model = self.run.model
+        d = np.zeros(logits.shape, dtype=logits.dtype)                                 # (S, A, V_a)
+        d[np.arange(len(ids)), slot, ids] = 1.0
+        with rel.reporting_weights_grad(model):
+            _, grads = model.backward(d, cache)
+        suffix = ".attention_weights"
+        return rel.stacked({k[:-len(suffix)]: g for k, g in grads.items() if k.endswith(suffix)}, "encoder",
+                           model.config.n_layers)
 
     @staticmethod
     def _token_name(tok, slot: int, t: int) -> str:
