@@ -23,6 +23,8 @@ V_a action vocabulary.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from . import capture as cap
@@ -87,6 +89,11 @@ def play(policy, seed: int, instruction: str | None, perturb: bool) -> dict:
 def open_run(run) -> EpisodeExplorer:
     """The explorer of an action_lm run (payload.open_explorer's RUN_MODULES names this module)."""
     return EpisodeExplorer(run)
+
+
+def _copies(model, one: tuple, k: int) -> np.ndarray:
+    """The logits (k, A, V_a) of k copies of one step's (words, images, actions_in): the knock-outs' runs."""
+    return model.forward(*(np.repeat(x, k, 0) for x in one))[0]
 
 
 class EpisodeExplorer(RunExplorer):
@@ -191,10 +198,8 @@ class EpisodeExplorer(RunExplorer):
             knock = None
             if i < knock_steps:
                 one = (words[i:i + 1], images[i:i + 1], actions_in[i:i + 1])
-                knock = ko.knockout_json(model, "action_lm", {"self": g},
-                                         lambda k, one=one: model.forward(*(np.repeat(x, k, 0) for x in one))[0],
-                                         choices, {"self": relevance}, names, {"self": [int(a) for a in acts]},
-                                         labels=labels)
+                knock = ko.knockout_json(model, "action_lm", {"self": g}, partial(_copies, model, one), choices,
+                                         {"self": relevance}, names, {"self": [int(a) for a in acts]}, labels=labels)
                 knock["groups"]["self"]["queries"] = list(range(len(SLOTS)))          # rows of the kept group
             move, grip = tok.decode(tokens[i:i + 1])
             inputs.append({"label": f"step {i + 1}: dx {move[0, 0]:+.3f}, dy {move[0, 1]:+.3f}, "
