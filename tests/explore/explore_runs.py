@@ -1,4 +1,4 @@
-"""Tiny trained runs of every kind the explorer opens (dates, text, digits, tabletop), built once per
+"""Tiny trained runs of every kind the explorer opens (dates, text, digits, tabletop; gripper apart), built once per
 test session through the library's Trainer, and the helpers the explorer's Python tests share."""
 from __future__ import annotations
 
@@ -34,6 +34,23 @@ def build_runs(base) -> dict:
         "digits": _train(get_task("digits").create({"augment": False}), TINY_VIT, base / "digits"),
         "tabletop": _train(get_task("tabletop").create({"eval_size": 10}), TINY_VLA, base / "tabletop"),
     }
+
+
+# a gripper run (action_lm) for the episode view: 4 steps on 20 demonstrations, 16 bins
+TINY_GRIPPER = {"d_model": 16, "n_heads": 2, "d_ff": 16, "n_layers": 2}
+GRIPPER_DATA = {"demos": 20, "action_bins": 16, "eval_size": 2}
+
+
+@pytest.fixture(scope="session")
+def gripper_run(tmp_path_factory):
+    if "gripper" not in _BUILT:
+        out = tmp_path_factory.mktemp("explore_gripper") / "gripper"
+        cfg = TrainConfig(steps=4, batch_size=8, schedule="constant", lr=3e-3, eval_every=10_000, eval_n=2,
+                          final_eval_n=2, label_smoothing=0.0, optimizer="adamw", blas_threads=1, seed=1)
+        Trainer.start(get_task("gripper").create(GRIPPER_DATA), dict(TINY_GRIPPER), cfg, out).run(progress=False,
+                                                                                                 plot=False)
+        _BUILT["gripper"] = out
+    return _BUILT["gripper"]
 
 
 @pytest.fixture(scope="session")

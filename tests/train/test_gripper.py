@@ -191,12 +191,9 @@ def test_import_npformer_stays_light():
     assert res.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("command", ["explore", "attention"])
-def test_explore_and_attention_say_the_episode_view_is_not_built_yet(run, tmp_path, capsys, command):
+def test_attention_says_its_view_is_not_built_yet_and_names_the_explorer(run, tmp_path, capsys):
+    # (npformer explore on a gripper run: tests/explore/test_page_episode.py)
     out, _ = run
-    argv = [command, str(out)]
-    if command == "attention":
-        argv += ["put the red block in the box", "--out", str(tmp_path / "a.png")]
-    assert main(argv) == 2
+    assert main(["attention", str(out), "put the red block in the box", "--out", str(tmp_path / "a.png")]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "not built yet" in err, err
+    assert len(err.splitlines()) == 1 and "not built yet" in err and "npformer explore RUN --seed S" in err, err

@@ -97,7 +97,8 @@ def run(args) -> int:
     r = load_run(args.run)
     if r.config["model_kind"] == "action_lm":
         raise CLIError(f"the attention view of a policy that acts over time ({r.config['task']!r} task) is not "
-                       "built yet; npformer act RUN draws an episode")
+                       "built yet; npformer explore RUN --seed S shows each step's attention, "
+                       "npformer act RUN draws an episode")
     if r.config["model_kind"] not in DRAWERS:
         raise CLIError(f"no attention drawing for the {r.config['task']!r} task "
                        f"({r.config['model_kind']} model)")

@@ -5,6 +5,7 @@
     npformer explore MODEL_DIR "a sentence"                          # a Hugging Face bert/roberta/distilbert dir
     npformer explore runs/digits 17                                  # a test image, by index
     npformer explore runs/tabletop --seed 2 --instruction "put the blue block in the bowl"
+    npformer explore runs/gripper --seed 3 [--instruction TEXT] [--perturb]   # an episode, step by step
     npformer explore runs/dates --serve [--port 8765]                # a local page for new inputs
     npformer explore minilm "a sentence" --layers 4-5                # only layers 4 and 5's maps in the page
     npformer explore runs/tabletop --target pick=6                   # explain another output: why cell 6?
@@ -32,8 +33,11 @@ def add_arguments(p) -> None:
                    help="texts (dates, copy, text, minilm: up to two sentences), or test-image indices (digits)")
     p.add_argument("--out", metavar="FILE.html", help="where to write the page (default: RUN_DIR/explore.html, "
                                                       "./explore.html for minilm or a model directory)")
-    p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene (default 0)")
-    p.add_argument("--instruction", metavar="TEXT", help="tabletop: what to do (default: one made up for the scene)")
+    p.add_argument("--seed", type=int, metavar="S", help="tabletop: which scene; gripper: which episode (default 0)")
+    p.add_argument("--instruction", metavar="TEXT", help="tabletop, gripper: what to do (default: one made up for "
+                                                         "the scene)")
+    p.add_argument("--perturb", action="store_true", help="gripper: the episode with the world's perturbations "
+                                                          "(the block moves once; a held block may slip)")
     p.add_argument("--target", metavar="POS=TOKEN",
                    help="explain this output besides the prediction (shown first): POS a 0-based output position, "
                         "or pick, place or cls; TOKEN the token's text or id, or the cell or class number")
@@ -69,7 +73,7 @@ def run(args) -> int:
         _check_target(args.target, model)
     ex = open_explorer(args.source)
     ex.layers = layers
-    inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction)
+    inputs = parse_inputs(ex, args.inputs, seed=args.seed, instruction=args.instruction, perturb=args.perturb)
     for one in inputs if args.target is not None else ():
         one["target"] = args.target
     if args.serve:

@@ -551,6 +551,9 @@ class MiniLMExplorer(Explorer):
 
 # -- opening a source ------------------------------------------------------------------------------
 EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
+# a run's model kind -> the module whose open_run(run) explores it (imported when needed: it imports this module);
+# action_lm: a policy that acts over time, shown as its episode (explore/episode.py)
+RUN_MODULES = {"action_lm": "npformer.explore.episode"}
 # a Hugging Face directory's config.json model_type -> its explorer class, or the module whose open_dir(path)
 # explores one (imported when needed: explore.causal imports this module)
 HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer,
@@ -573,25 +576,30 @@ def open_explorer(source) -> Explorer:
         return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
     run = load_run(source)
     kind = run.config["model_kind"]
-    if kind == "action_lm":
-        raise ValueError(f"the explorer's episode view for a policy that acts over time ({run.config['task']!r} "
-                         "task, action_lm model) is not built yet; npformer act RUN draws an episode")
+    if kind in RUN_MODULES:
+        return importlib.import_module(RUN_MODULES[kind]).open_run(run)
     if kind not in EXPLORERS:
         raise ValueError(f"no explorer for the {run.config['task']!r} task ({kind} model); "
-                         f"known model kinds: {', '.join(EXPLORERS)}")
+                         f"known model kinds: {', '.join([*EXPLORERS, *RUN_MODULES])}")
     return EXPLORERS[kind](run)
 
 
 def parse_inputs(ex: Explorer, inputs: list[str], seed: int | None = None,
-                 instruction: str | None = None) -> list[dict]:
-    """The command line's INPUT... (and --seed/--instruction for tabletop) as input dicts; the explorer's
-    default input when none is given."""
+                 instruction: str | None = None, perturb: bool = False) -> list[dict]:
+    """The command line's INPUT... (and --seed/--instruction for tabletop and gripper, --perturb for
+    gripper) as input dicts; the explorer's default input when none is given."""
+    if ex.kind == "action_lm":
+        if inputs:
+            raise ValueError("a gripper run takes --seed S, --instruction TEXT and --perturb, not positional inputs")
+        return [{"seed": 0 if seed is None else seed, "instruction": instruction, "perturb": int(perturb)}]
+    if perturb:
+        raise ValueError("--perturb is for a gripper run (an episode with the world's perturbations)")
     if isinstance(ex, VLAExplorer):
         if inputs:
             raise ValueError("a tabletop run takes --seed S and --instruction TEXT, not positional inputs")
         return [{"seed": 0 if seed is None else seed, "instruction": instruction}]
     if seed is not None or instruction is not None:
-        raise ValueError("--seed and --instruction are for a tabletop run")
+        raise ValueError("--seed and --instruction are for a tabletop run (and a gripper run)")
     if not inputs:
         return ex.default_inputs()
     name = ex.fields[0]["name"]

@@ -20,8 +20,9 @@ from importlib import resources
 _SLOTS = ("__EXPLORE_TITLE__", "/*__EXPLORE_CSS__*/", "/*__EXPLORE_JS__*/", "__EXPLORE_PAYLOAD__")
 # the page's scripts, inlined in this order into the one <script> element: explore.js first (the shared state
 # and the views); each later file adds views through the hooks explore.js offers
-# timeline.js: the causal LM's generation timeline; svg.js last: it records what every view draws
-_SCRIPTS = ("explore.js", "units.js", "blocks.js", "timeline.js", "knockout.js", "svg.js")
+# timeline.js: the causal LM's generation timeline; episode.js: a policy's episode;
+# svg.js last: it records what every view draws
+_SCRIPTS = ("explore.js", "units.js", "blocks.js", "timeline.js", "knockout.js", "episode.js", "svg.js")
 
 
 def _page_file(name: str) -> str:

@@ -1698,6 +1698,8 @@
                           input: input, group: group, el: el, makeCanvas: makeCanvas, keyboardCanvas: keyboardCanvas,
                           fmt: fmt, numCell: numCell, heat: heat, headColour: headColour, headWeights: headWeights,
                           shortToken: shortToken, tokenText: tokenText, decodeArray: decodeArray, arr: arr, download: download,
-                          baseName: baseName, showError: showError, targets: targets, targetPicker: targetPicker };
+                          baseName: baseName, showError: showError, targets: targets, targetPicker: targetPicker,
+                          meanRow: meanRow, rolloutRow: rolloutRow, relevanceRow: relevanceRow,
+                          drawOverlay: drawOverlay, imageCanvas: imageCanvas };
   start().catch((e) => showError("The page failed to load its data: " + e.message));
 })();
