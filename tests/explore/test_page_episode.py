@@ -130,7 +130,9 @@ def test_the_timeline_follows_the_keyboard_and_the_overlay_is_the_models_attenti
     rows = model_rows(policy, world.instruction, frames, tokens)            # (S, L, H, 3, T)
     image = payload["inputs"][7]["image"]
     off, n = image["patch_token_offset"], image["grid"][0] * image["grid"][1]
-    want = rows[7, 0, :, 2].mean(axis=0)                                    # layer 0, every head's mean
+    heads = numbers["heads"]                          # the chosen heads: at first the layer's most focused one
+    assert heads and set(heads) <= set(range(rows.shape[2]))
+    want = rows[7, 0, heads, 2].mean(axis=0)                                # layer 0, the chosen heads' mean
     assert np.abs(np.array(numbers["patches"]) - want[off:off + n]).max() <= U8
     g = payload["inputs"][7]["groups"][0]
     for token, value in numbers["words"]:

@@ -33,7 +33,7 @@ from . import relevance as rel
 from . import targets as tg
 from .arrays import encode_array, map_array, mask_array
 from .kinds import action_label
-from .payload import RunExplorer, _check_text, _image_json, _model_info, _patch_labels, _target, head_stats
+from .payload import RunExplorer, _as_model, _check_text, _image_json, _model_info, _patch_labels, _target, head_stats
 
 SLOTS = ("dx", "dy", "gripper")
 COMMANDS = ("open", "close", "done")
@@ -92,8 +92,9 @@ def open_run(run) -> EpisodeExplorer:
 
 
 def _copies(model, one: tuple, k: int) -> np.ndarray:
-    """The logits (k, A, V_a) of k copies of one step's (words, images, actions_in): the knock-outs' runs."""
-    return model.forward(*(np.repeat(x, k, 0) for x in one))[0]
+    """The logits (k, A, V_a) of k copies of one step's (words, images, actions_in): the knock-outs' runs. Float
+    inputs take the model's dtype at call time: the knock-outs' noise floor runs the model in float64 too."""
+    return model.forward(*(_as_model(np.repeat(x, k, 0), model) for x in one))[0]
 
 
 class EpisodeExplorer(RunExplorer):
