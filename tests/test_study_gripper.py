@@ -1,0 +1,119 @@
+"""The four gripper studies (closed-loop, chunks, drift, data) end to end on a tiny budget: their CSV, figure
+and sentence agree (every number in the sentence is a value of the CSV, and each compared arm's pooled
+success and interval is quoted); the shared verdict words on hand-made arms; the arms' pooled numbers."""
+import csv
+import re
+
+import numpy as np
+import pytest
+
+from npformer.studies import closed_loop, data, episodes
+from npformer.studies.chunks import ChunksStudy
+from npformer.studies.closed_loop import ClosedLoopStudy
+from npformer.studies.common import Options, run_study, verdict
+from npformer.studies.data import DataStudy
+from npformer.studies.drift import DriftStudy
+
+TINY = {"model": {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1}, "train": {"batch_size": 8},
+        "data": {"demos": 6}}
+PERCENT = re.compile(r"(\d+\.\d)%")
+DECIMAL = re.compile(r"(?<![\d.])(\d+\.\d{3})(?![\d%])")
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _check(result, out, name):
+    rows = _csv(out / f"{name}.csv")
+    assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cells = [float(v) for r in rows for k, v in r.items() if re.fullmatch(r"-?\d+(\.\d*)?(e-?\d+)?", v or "")]
+    sentence = result.sentence
+    for x in PERCENT.findall(sentence):
+        assert any(abs(float(x) - 100 * c) <= 0.05 + 1e-9 for c in cells), f"{x}% is not in the CSV: {sentence}"
+    for x in DECIMAL.findall(sentence):
+        assert any(abs(float(x) - c) <= 0.0005 + 1e-9 for c in cells), f"{x} is not in the CSV: {sentence}"
+    arms = {r["setting"]: r for r in rows}
+    for label, r in arms.items():                 # each quoted arm: its pooled success and interval, from the CSV
+        if f"{label} (" in sentence:
+            quoted = sentence.split(f"{label} (", 1)[1].split(")", 1)[0]
+            want = [f"{100 * float(r[k]):.1f}%" for k in ("arm_success", "arm_ci_low", "arm_ci_high")]
+            assert quoted == f"{want[0]} [{want[1]}, {want[2]}]", (label, quoted, want)
+    for r in rows:                                # the pooled numbers, recomputed from the CSV's own counts
+        mine = [x for x in rows if x["setting"] == r["setting"]]
+        k, n = sum(int(x["successes"]) for x in mine), sum(int(x["episodes"]) for x in mine)
+        assert int(r["arm_episodes"]) == n and float(r["arm_success"]) == pytest.approx(k / n, abs=1e-6)
+        assert float(r["arm_ci_low"]) <= k / n <= float(r["arm_ci_high"])
+        assert 0 <= float(r["success"]) <= 1 and float(r["smoothness"]) >= 0
+    assert sentence in (out / f"{name}.txt").read_text()
+    return rows
+
+
+@pytest.fixture
+def few_episodes(monkeypatch):
+    monkeypatch.setattr(episodes, "EPISODES", 3)
+
+
+def test_closed_loop_study_on_a_tiny_budget(tmp_path, few_episodes, monkeypatch):
+    monkeypatch.setattr(closed_loop, "CHUNK", 4)                    # 12 action tokens instead of 150
+    result = run_study(ClosedLoopStudy(), Options(seeds=1, steps=2, out=tmp_path, task="gripper", sets=TINY,
+                                                  progress=False))
+    rows = _check(result, tmp_path, "closed-loop")
+    assert [r["setting"] for r in rows] == [a[0] for a in closed_loop.ARMS]
+    open_loop = [r for r in rows if r["loop"] == "open"]
+    assert all(float(r["mean_steps"]) <= 4 for r in open_loop)      # the blind plan ends the episode when it runs out
+    assert "open loop (" in result.sentence and "closed loop, perturbed (" in result.sentence
+
+
+def test_chunks_study_on_a_tiny_budget(tmp_path, few_episodes, monkeypatch):
+    monkeypatch.setattr("npformer.studies.chunks.CHUNKS", (1, 3))
+    result = run_study(ChunksStudy(), Options(seeds=1, steps=2, out=tmp_path, task="gripper", sets=TINY,
+                                              progress=False))
+    rows = _check(result, tmp_path, "chunks")
+    assert [(r["chunk"], r["execute"]) for r in rows] == [(k, m) for k in ("1", "3") for m in ("chunk", "first",
+                                                                                                "ensemble")]
+    k1 = [r for r in rows if r["chunk"] == "1"]                     # k = 1: three names for one way of playing
+    assert len({(r["successes"], r["mean_steps"], r["smoothness"]) for r in k1}) == 1
+
+
+def test_drift_study_on_a_tiny_budget(tmp_path, few_episodes):
+    result = run_study(DriftStudy(), Options(seeds=1, steps=3, out=tmp_path, task="gripper", sets=TINY,
+                                             progress=False))
+    rows = _check(result, tmp_path, "drift")
+    labels = {r["method"]: int(r["labels"]) for r in rows}
+    assert labels["DAgger"] > 0 and labels["clean BC"] > 0
+    # 6 episodes' labels against 2 + two policy-driven rounds of as many states as round 1 had
+    assert labels["DAgger"] == 3 * int(labels["DAgger"] / 3)
+
+
+def test_data_study_on_a_tiny_budget(tmp_path, few_episodes, monkeypatch):
+    monkeypatch.setattr(data, "DEMOS", (3, 6))
+    monkeypatch.setattr(data, "DEFAULT_DEMOS", 6)
+    monkeypatch.setattr(data, "BINS", (8, 256))
+    sets = {k: v for k, v in TINY.items() if k != "data"}
+    result = run_study(DataStudy(), Options(seeds=1, steps=2, out=tmp_path, task="gripper", sets=sets,
+                                            progress=False))
+    rows = _check(result, tmp_path, "data")
+    assert [(r["demos"], r["action_bins"]) for r in rows] == [("3", "256"), ("6", "256"), ("6", "8")]
+
+
+def test_verdict_words_on_hand_made_arms():
+    # (success, spread over seeds, Wilson low, Wilson high)
+    a = (0.50, 0.02, 0.44, 0.56)
+    assert verdict(a, (0.80, 0.02, 0.75, 0.85)) == "ahead"
+    assert verdict(a, (0.20, 0.02, 0.16, 0.25)) == "behind"
+    assert verdict(a, (0.54, 0.02, 0.48, 0.60)) == "level"          # the intervals overlap
+    assert verdict(a, (0.80, 0.30, 0.75, 0.85)) == "level"          # apart, but within the seeds' spreads
+    assert verdict((0.0, 0.0, 0.0, 0.012), (0.0, 0.0, 0.0, 0.012)) == "level"
+
+
+def test_wilson_pooling_of_hand_made_rows(tmp_path):
+    rows = [{"setting": "a", "seed": s, "steps": 1, "episodes": 100, "successes": k, "success": k / 100,
+             "mean_steps": 20.0, "smoothness": 0.1, "seconds": 1.0} for s, k in enumerate((40, 60))]
+    pooled = ClosedLoopStudy().pool(rows)
+    assert pooled[0]["arm_success"] == 0.5 and pooled[0]["arm_episodes"] == 200
+    # Wilson, z = 1.96, 100 of 200: 0.5 -/+ 1.96 sqrt(0.25 / 200 + 1.96^2 / 160000) / (1 + 1.96^2 / 200)
+    half = 1.96 * np.sqrt(0.25 / 200 + 1.96**2 / 160000) / (1 + 1.96**2 / 200)
+    assert pooled[1]["arm_ci_low"] == pytest.approx(0.5 - half)
+    assert pooled[1]["arm_ci_high"] == pytest.approx(0.5 + half)
