@@ -114,11 +114,11 @@ def play_chunks(policy, seeds: list[int], options: list[dict], execute: str = "f
                     preds[i] = [p for p in preds[i] if t - p[0] < len(p[2])]
         still = []
         for i in live:
-            s, mv, g = preds[i][-1] if execute != "ensemble" or open_loop else (None, None, None)
+            made, mv, g = preds[i][-1]
             if execute == "ensemble" and not open_loop:
                 move, command = ensemble(preds[i], t, m)
-            elif t - s < len(g):
-                move, command = mv[t - s], int(g[t - s])
+            elif t - made < len(g):
+                move, command = mv[t - made], int(g[t - made])
             else:                                           # the blind plan has run out: the episode ends
                 move, command = np.zeros(2, np.float32), GRIPPER_DONE
             taken[i].append(np.asarray(move, dtype=np.float64))

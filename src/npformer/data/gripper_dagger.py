@@ -54,7 +54,15 @@ def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: 
     """``n_states`` states visited by ``act`` (a batched policy, as ``run_episodes`` calls it) on fresh
     training-split episodes (episode i from (seed, DAGGER_STREAM, i)), each labelled with the expert's
     action; the executed move and command are the policy's."""
-    images, moves, gripper, ex_moves, ex_gripper, episode, steps, texts, success = ([] for _ in range(9))
+    images: list = []
+    moves: list = []
+    gripper: list = []
+    ex_moves: list = []
+    ex_gripper: list = []
+    episode: list = []
+    steps: list = []
+    texts: list = []
+    success: list = []
     i = 0
     while len(moves) < n_states:
         worlds = []
