@@ -117,3 +117,47 @@ def test_wilson_pooling_of_hand_made_rows(tmp_path):
     half = 1.96 * np.sqrt(0.25 / 200 + 1.96**2 / 160000) / (1 + 1.96**2 / 200)
     assert pooled[1]["arm_ci_low"] == pytest.approx(0.5 - half)
     assert pooled[1]["arm_ci_high"] == pytest.approx(0.5 + half)
+
+
+# -- the arms as settings -------------------------------------------------------------------------------
+
+def test_temporal_ensembling_weighs_the_oldest_prediction_most():
+    from npformer.data.gripper_chunks import ensemble
+
+    # three chunks of 3 steps made at steps 0, 1, 2; step 2 is covered by all three (indices 2, 1, 0)
+    preds = [(s, np.full((3, 2), float(s + 1), dtype=np.float32), np.full(3, g)) for s, g in ((0, 1), (1, 0), (2, 0))]
+    move, command = ensemble(preds, 2, m=0.5)
+    w = np.exp(-0.5 * np.arange(3))                                 # oldest (made at step 0) first
+    assert move == pytest.approx(np.full(2, (w * [1, 2, 3]).sum() / w.sum()), rel=1e-6)
+    assert command == 1                                             # votes: close w0 = 1 > open w1 + w2 = 0.97
+    move, command = ensemble(preds, 2, m=0.0)                       # m = 0: a plain mean and a plain vote
+    assert move == pytest.approx([2.0, 2.0]) and command == 0       # open 2 votes, close 1
+    move, command = ensemble(preds, 3, m=0.5)                       # step 3: the chunks of steps 1 and 2 only
+    assert move == pytest.approx(np.full(2, (2 + 3 * np.exp(-0.5)) / (1 + np.exp(-0.5))), rel=1e-6)
+
+
+def test_chunk_targets_pad_past_the_episode_end_with_done_steps():
+    from npformer.data.gripper_chunks import chunk_targets
+    from npformer.sim.demos import record_demos
+    from npformer.sim.tokens import ActionTokenizer
+
+    demos = record_demos(2, seed=5)
+    tok = ActionTokenizer(8, [-1, -1], [1, 1])
+    last = int(np.flatnonzero(demos.episode == 0)[-1])              # episode 0's final step
+    t = chunk_targets(tok, demos, np.array([last - 1, last]), 3)    # (2, 9)
+    want = tok.encode(demos.moves[[last - 1, last]], demos.gripper[[last - 1, last]])
+    done = tok.encode(np.zeros((1, 2)), np.array([2]))[0]          # move 0 -> bin 4 of 8; done = 8 + 2
+    assert t[0, :6].tolist() == want.reshape(-1).tolist() and t[0, 6:].tolist() == done.tolist()
+    assert t[1, :3].tolist() == want[1].tolist() and t[1, 3:].tolist() == done.tolist() * 2
+    assert done.tolist() == [4, 4, 10]
+
+
+@pytest.mark.parametrize("sets, message", [({"chunk": 51}, "chunk must be an integer in [1, 50]"),
+                                            ({"execute": "all"}, "execute must be one of chunk, first, ensemble"),
+                                            ({"dagger": 1}, "dagger must be 0"),
+                                            ({"ensemble_m": -1.0}, "ensemble_m must be")])
+def test_bad_chunk_and_dagger_settings_are_refused(sets, message):
+    from npformer.data.tasks import get_task
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_task("gripper").create(sets)
