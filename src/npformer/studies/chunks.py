@@ -37,9 +37,10 @@ class ChunksStudy(EpisodeStudy):
         ks = sorted({t["chunk"] for t in table})
         lo, hi = f"k={ks[0]}, first", f"k={ks[-1]}, first"
         s1, s2 = get(table, "smoothness", lo), get(table, "smoothness", hi)
-        word = {"lower": "smoother", "higher": "less smooth", "level": "as smooth"}[compare(s1, s2, floor=0.005)]
+        word = {"lower": "smoother than", "higher": "less smooth than",
+                "level": "as smooth as"}[compare(s1, s2, floor=0.005)]
         ens = f"k={ks[-1]}, ensemble"
-        return (f"At chunk length {ks[-1]}, executing the first action of each step's chunk was {word} than at "
+        return (f"At chunk length {ks[-1]}, executing the first action of each step's chunk was {word} at "
                 f"{ks[0]} (smoothness {s2[0]:.3f} against {s1[0]:.3f}), and its success: "
                 f"{versus(table, lo, hi)}; temporal ensembling: {versus(table, hi, ens)}.")
 
