@@ -161,3 +161,20 @@ def test_bad_chunk_and_dagger_settings_are_refused(sets, message):
 
     with pytest.raises(ValueError, match=re.escape(message)):
         get_task("gripper").create(sets)
+
+
+def test_the_first_step_of_a_chunk_decodes_as_the_whole_chunk_begins():
+    """execute=first decodes only a chunk's first 3 tokens: they must be the whole chunk's first 3."""
+    from npformer.data.gripper_chunks import greedy_prefix
+    from npformer.data.tasks import get_task
+    from npformer.sim.env import GripperEnv
+
+    task = get_task("gripper").create({"demos": 3, "demo_seed": 1, "chunk": 5, "action_bins": 8})
+    cfg = task.model_config({"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1})
+    model = task.build_model(cfg, np.random.default_rng(0)).eval()
+    policy = task.policy(model)
+    obs = [GripperEnv().reset(seed=s)[0] for s in range(6)]
+    images, texts = np.stack([o["image"] for o in obs]), [o["instruction"] for o in obs]
+    whole, _ = policy.tokens(images, texts)                         # (6, 15)
+    assert whole.shape == (6, 15)
+    np.testing.assert_array_equal(greedy_prefix(policy, images, texts, 3), whole[:, :3])
