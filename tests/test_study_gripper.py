@@ -178,3 +178,17 @@ def test_the_first_step_of_a_chunk_decodes_as_the_whole_chunk_begins():
     whole, _ = policy.tokens(images, texts)                         # (6, 15)
     assert whole.shape == (6, 15)
     np.testing.assert_array_equal(greedy_prefix(policy, images, texts, 3), whole[:, :3])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["study", "chunks", "--set", "chunk=4"], "the chunks study sets chunk itself"),
+    (["study", "data", "--set", "demos=10"], "the data study sets demos itself"),
+    (["study", "drift", "--task", "dates"], "the drift study runs on gripper, not 'dates'"),
+    (["study", "closed-loop", "--set", "execute=sideways"], "execute must be one of chunk, first, ensemble"),
+])
+def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    from npformer.cli import main
+
+    assert main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
