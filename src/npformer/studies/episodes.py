@@ -95,13 +95,13 @@ class EpisodeStudy(Study):
                   "(action units).")
 
     def draw(self, rows: list[dict], table: list[dict], out: Path) -> list[Path]:
-        fig, (ax,) = new_figure(1, self.title(rows), width=max(5.0, 1.1 * len(table)), height=4.0)
+        fig, (ax,) = new_figure(1, self.title(rows), width=max(8.0, 1.4 * len(table)), height=4.2)
         success_panel(ax, rows, [t["setting"] for t in table])
         return [save(fig, out)]
 
     def title(self, rows: list[dict]) -> str:
         return (f"npformer study {self.name}: success over {rows[0]['arm_episodes']} fresh episodes per arm, "
-                f"{rows[0]['steps']} steps per run\n(dots: seeds; bars: Wilson 95% interval of the pooled episodes)")
+                f"{rows[0]['steps']} steps per run\n(dots: seeds; bars: Wilson 95% interval, pooled episodes)")
 
 
 def success_panel(ax, rows: list[dict], labels: list[str] | None = None, x=None,
@@ -117,6 +117,7 @@ def success_panel(ax, rows: list[dict], labels: list[str] | None = None, x=None,
         ax.plot(np.full(seeds.size, xi), seeds, "o", color=colour, ms=3.5, alpha=0.6)
     if x is None:
         ax.set_xticks(xs, labels, fontsize=8)
+        ax.set_xlim(-0.7, len(labels) - 0.3)
         for lab in ax.get_xticklabels():
             lab.set_rotation(20 if max(len(s) for s in labels) > 8 else 0)
     ax.set_ylim(-0.03, 1.03)
