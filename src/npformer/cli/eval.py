@@ -19,7 +19,9 @@ On a gripper run (``npformer train gripper``) the policy acts over time: ``npfor
 (default 500 each; episode i from (S, the evaluation stream, i)), batched, one forward per step for
 every live episode, and prints success and its Wilson interval (z = 1.96), yellow_bowl_success and its
 interval, the outcome counts, how many were truncated and the mean episode length. ``--perturb`` turns on
-the world's perturbations (the target moves once before the grasp; a held block slips). With
+the world's perturbations (the target moves once before the grasp; a held block slips). ``--open-loop``
+executes the chunk predicted from the first frame, blind (``--set chunk=K`` runs; the episode ends when
+the plan runs out), and adds the path's smoothness (``data.gripper_chunks``). With
 ``--instructions FILE ...`` each line gets N / lines episodes (at least one; default N 500) whose scene
 holds its block and container; the overall success is the mean over the lines.
 """
@@ -39,6 +41,9 @@ def add_arguments(p) -> None:
     p.add_argument("--instructions", metavar="FILE", nargs="+",
                    help="tabletop: score each line 'instruction<TAB>colour<TAB>container' of each FILE on fresh "
                         "scenes; the overall success is the mean over all the lines")
+    p.add_argument("--open-loop", action="store_true",
+                   help="gripper: execute the chunk predicted from the first frame, blind (a chunk run's plan; the "
+                        "episode ends when it runs out)")
     p.add_argument("--perturb", action="store_true",
                    help="gripper: episodes with the world's perturbations (the target moves once; held blocks slip)")
 
@@ -53,8 +58,15 @@ def run(args) -> int:
         return _instructions(args)
     r = load_run(args.run)
     seed = _seed(r, args)
-    if r.config["task"] == "gripper":
+    if r.config["task"] == "gripper" and args.open_loop:
+        from ..data.gripper_chunks import evaluate_chunks
+
+        n = r.task.settings.eval_size if args.n is None else args.n
+        metrics = evaluate_chunks(r.task, r.model.eval(), n, seed, perturb=args.perturb, open_loop=True)
+    elif r.config["task"] == "gripper":
         metrics = r.task.evaluate(r.model, n=args.n, seed=seed, perturb=args.perturb)
+    elif args.open_loop:
+        raise CLIError(f"--open-loop is an option of gripper runs; {args.run} holds a {r.config['task']!r} run")
     elif args.perturb:
         raise CLIError(f"--perturb is an option of gripper runs; {args.run} holds a {r.config['task']!r} run")
     else:

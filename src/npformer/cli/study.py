@@ -4,6 +4,10 @@
     npformer study positions --seeds 1        # sinusoidal, learned, no positions; shuffled inputs
     npformer study understanding --steps 300  # untrained vs trained, depth, no feed-forward
     npformer study heads --task tabletop      # the heads study on the tabletop policy
+    npformer study closed-loop                # the gripper policy: open against closed loop
+    npformer study chunks                     # action chunks k = 1, 4, 8, executed three ways
+    npformer study drift                      # clean cloning, DART, DAgger at equal labels
+    npformer study data                       # success against demonstrations and action bins
 
 Each study trains its settings x seeds with the task's recipe (``--steps`` and ``--set`` change it),
 shows one progress bar for the whole study, prints the results table and a sentence chosen from the
@@ -20,12 +24,14 @@ from pathlib import Path
 from ..studies import STUDIES
 from . import CLIError
 
-NAMES = tuple(STUDIES)                  # the lesson's misconceptions 1, 2, 3
-HELP = "test one of the lesson's misconceptions on trained models (heads, positions, understanding)"
+NAMES = tuple(STUDIES)                  # the lesson's misconceptions 1, 2, 3, then the gripper studies
+HELP = ("test one of the lesson's misconceptions on trained models (heads, positions, understanding; on the gripper "
+        "policy: closed-loop, chunks, drift, data)")
 DESCRIPTION = ("Train a study's settings over several seeds, then print its results table and what the numbers "
                "show; write NAME.csv, NAME.png and NAME.txt into --out. Studies: understanding (\"attention "
                "understands the sentence\"), positions (\"attention knows the word order\"), heads (\"more heads "
-               "always means a better model\").")
+               "always means a better model\"); and on the gripper policy acting over time: closed-loop, chunks, "
+               "drift, data.")
 
 
 def add_arguments(p) -> None:

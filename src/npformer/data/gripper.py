@@ -30,6 +30,7 @@ from ..sim.episodes import EVAL_STREAM, play, run_episodes, summarize
 from ..sim.language import TABLE
 from ..sim.tokens import TOKENS_PER_STEP, ActionTokenizer
 from ..sim.world import IMAGE_SIZE, PATCH_SIZE, episode_seed
+from .gripper_chunks import check_chunk_settings, chunk_targets, evaluate_chunks
 from .gripper_policy import GripperPolicy
 from .tabletop import MAX_WORDS, TEXT_ENCODERS, UNK_ID, VOCAB, model_words, real_words, text_reader
 from .tasks import Batch, Task
@@ -52,7 +53,11 @@ class GripperTask(Task):
         # bins per move axis. RT-2 and OpenVLA use 256; 32 trains better here (docs/vla.md): after 1,500 steps
         # the 32-bin policy's held-out gripper-token accuracy was 0.91, the 256-bin one's 0.53 after 2,500
         action_bins: int = 32
-        chunk: int = 1                      # steps of actions per prediction (3 tokens each); only 1 is built
+        chunk: int = 1                      # steps of actions per prediction (3 tokens each; gripper_chunks)
+        execute: str = "first"              # how chunks are executed: "chunk", "first" or "ensemble"
+        ensemble_m: float = 0.1             # temporal ensembling: prediction i (0 = oldest) weighs exp(-m i)
+        dagger: int = 0                     # DAgger rounds (0: none; gripper_dagger); the labels split evenly
+        round_steps: int = 0                # DAgger: optimizer steps per round (0: the recipe's steps / rounds)
         text_encoder: str = "scratch"       # "scratch" (the policy's own word table) or "minilm" (frozen MiniLM)
         noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
         flip: float = 0.05                  # DART: chance a step's executed open/close is flipped
@@ -66,9 +71,7 @@ class GripperTask(Task):
                 v = getattr(self, name)
                 if isinstance(v, bool) or not isinstance(v, int) or v < low:
                     raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-            if self.chunk != 1:
-                raise ValueError(f"chunk must be 1 (one step of actions per prediction); action chunks are not built "
-                                 f"yet, got {self.chunk}")
+            check_chunk_settings(self)
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
             for name in ("noise", "flip", "perturb"):
@@ -90,6 +93,7 @@ class GripperTask(Task):
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
         self._demos: Demos | None = None
+        self.dagger_calls = 0                   # DAgger: loss calls so far (a round ends every round_steps)
 
     # -- reading and the tokenizer ------------------------------------------------------------------
     @property
@@ -110,7 +114,8 @@ class GripperTask(Task):
             s = self.settings
             if s.demo_seed is None:
                 raise ValueError("the gripper task has no demo_seed yet: it is drawn when a run starts")
-            self._demos = record_demos(s.demos, s.demo_seed, noise=s.noise, flip=s.flip, split="train",
+            first = s.demos // s.dagger if s.dagger else s.demos     # DAgger: round 1's share of the labels
+            self._demos = record_demos(max(1, first), s.demo_seed, noise=s.noise, flip=s.flip, split="train",
                                        perturb=s.perturb)
         return self._demos
 
@@ -168,7 +173,7 @@ class GripperTask(Task):
     def examples(self, demos: Demos, rows: np.ndarray):
         """The model's arrays for recorded steps ``rows``: (words, images float [0, 1], actions_in
         [BOS, t0, t1], targets [t0, t1, t2])."""
-        tokens = self.tokenizer.encode(demos.moves[rows], demos.gripper[rows])      # (B, 3)
+        tokens = chunk_targets(self.tokenizer, demos, rows, self.settings.chunk)   # (B, 3 K)
         bos = np.full((len(rows), 1), self.settings.action_bins + 3, dtype=np.int64)  # (B, 1)
         words = self.reader.inputs(demos.texts(rows))                               # (B, L) or (B, L, S)
         images = demos.images[rows].astype(np.float32) / np.float32(255)            # (B, H, W, 3)
@@ -178,8 +183,14 @@ class GripperTask(Task):
         demos = self.demos()
         rows = rng.integers(0, len(demos), batch_size)
         words, images, actions_in, targets = self.examples(demos, rows)
-        n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP)
+        n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP * self.settings.chunk)
         return Batch((words, images, actions_in, targets), n_tokens=n_tokens)
+
+    def loss(self, model, batch: Batch, rng: np.random.Generator | None, label_smoothing: float = 0.0):
+        if self.settings.dagger:                # at a round's end the policy drives and the expert labels
+            from .gripper_dagger import dagger_step
+            dagger_step(self, model)
+        return super().loss(model, batch, rng, label_smoothing)
 
     # -- scoring ------------------------------------------------------------------------------------
     def policy(self, model, unknown_ok: bool = False, temperature: float = 0.0, seed: int | None = None):
@@ -193,6 +204,8 @@ class GripperTask(Task):
         n = self.settings.eval_size if n is None else int(n)
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        if self.settings.chunk > 1:                              # chunks are executed as ``execute`` says
+            return evaluate_chunks(self, model, n, seed, perturb=perturb)
         act = self.policy(model).act_batch
         _, test = run_episodes(act, n, seed, split="test", perturb=perturb)
         _, yellow = run_episodes(act, n, seed, split="yellow_bowl", perturb=perturb)

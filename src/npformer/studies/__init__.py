@@ -4,6 +4,13 @@
     positions      "Attention knows the word order."           sinusoidal, learned and no positions
     understanding  "Attention understands the sentence."       untrained vs trained; depth; no FFN
 
+and, on the gripper policy acting over time (``studies.episodes``: arms scored over fresh episodes),
+
+    closed-loop    the same chunk policy played open loop (blind) and closed loop, with and without perturbations
+    chunks         chunk lengths 1, 4, 8 executed whole, first action only, or temporally ensembled
+    drift          clean behaviour cloning, DART, DAgger at an equal number of labels
+    data           success against demonstrations (100 to 3,000) and action bins (8, 32, 256)
+
 Each study trains its settings x seeds with the ``Trainer`` on an existing task, measures every
 run, and reports a table (mean and spread over the seeds), a CSV, a PNG, and one sentence chosen
 from the numbers (``common.compare`` words every comparison). ``STUDIES`` lists them: study name ->
@@ -18,6 +25,10 @@ STUDIES: dict[str, tuple[str, str]] = {
     "understanding": ("npformer.studies.understanding", "UnderstandingStudy"),
     "positions": ("npformer.studies.positions", "PositionsStudy"),
     "heads": ("npformer.studies.heads", "HeadsStudy"),
+    "closed-loop": ("npformer.studies.closed_loop", "ClosedLoopStudy"),     # the gripper policy over time
+    "chunks": ("npformer.studies.chunks", "ChunksStudy"),
+    "drift": ("npformer.studies.drift", "DriftStudy"),
+    "data": ("npformer.studies.data", "DataStudy"),
 }
 
 

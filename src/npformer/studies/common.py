@@ -36,6 +36,8 @@ class Setting:
     model: dict = field(default_factory=dict)                # model config overrides
     columns: dict = field(default_factory=dict)              # e.g. {"n_heads": 4}
     variant: dict = field(default_factory=dict)              # e.g. {"positions": False}
+    data: dict = field(default_factory=dict)                 # task data settings, e.g. {"chunk": 4} (gripper)
+    train: dict = field(default_factory=dict)                # train settings under --set's, e.g. {"final_eval_n": 1}
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Study:
     tasks: ClassVar[tuple[str, ...]] = ("dates",)  # the tasks it runs on; the first is the default
     seeds: ClassVar[int] = 3                     # default seeds per setting
     steps: ClassVar[dict[str, int]] = {}         # default steps per run, by task
+    opts: Options | None = None                  # the options of the study being run (``run_study`` sets them)
 
     def settings(self, task) -> list[Setting]:
         """The study's arms, in the order of the table (``task``: the task they train on)."""
@@ -94,6 +97,11 @@ class Study:
         """What the numbers show, every word of comparison chosen from them (``compare``)."""
         raise NotImplementedError
 
+    def pool(self, rows: list[dict]) -> list[dict]:
+        """The rows as the CSV keeps them: by default as measured; a study may add each arm's pooled
+        numbers to its rows (``episodes.EpisodeStudy``), so that its sentence quotes CSV values."""
+        return rows
+
     def report(self, table: list[dict], rows: list[dict]) -> str:
         """The printed table (and anything else the study shows before its sentence)."""
         return format_table(table)
@@ -110,7 +118,8 @@ def check_options(study: Study, opts: Options, settings: list[Setting]) -> None:
     study's settings set themselves."""
     if opts.task not in study.tasks:
         raise ValueError(f"the {study.name} study runs on {' or '.join(study.tasks)}, not {opts.task!r}")
-    clash = sorted(set(opts.sets.get("model", {})) & set().union(*(s.model for s in settings)))
+    clash = sorted(set(opts.sets.get("model", {})) & set().union(*(s.model for s in settings))
+                   | set(opts.sets.get("data", {})) & set().union(*(s.data for s in settings)))
     if clash:
         raise ValueError(f"the {study.name} study sets {', '.join(clash)} itself; --set cannot change it")
 
@@ -120,9 +129,10 @@ def _task(opts: Options, setting: Setting):
     from .variants import VariantDates
 
     task_cls = get_task(opts.task)
+    data = {**opts.sets.get("data", {}), **setting.data}
     if setting.variant:
-        return VariantDates(task_cls.settings_with(opts.sets.get("data")), **setting.variant)
-    return task_cls.create(opts.sets.get("data"))
+        return VariantDates(task_cls.settings_with(data), **setting.variant)
+    return task_cls.create(data)
 
 
 def start_run(opts: Options, setting: Setting, seed: int, run_dir: Path):
@@ -131,7 +141,7 @@ def start_run(opts: Options, setting: Setting, seed: int, run_dir: Path):
     from ..train.trainer import TrainConfig, Trainer
 
     task = _task(opts, setting)
-    train = {**task.default_train_config(), "eval_every": opts.steps, **opts.sets.get("train", {}),
+    train = {**task.default_train_config(), "eval_every": opts.steps, **setting.train, **opts.sets.get("train", {}),
              "steps": opts.steps, "minutes": None, "seed": seed}
     model = {**opts.sets.get("model", {}), **setting.model}
     return Trainer.start(task, model, TrainConfig(**train), run_dir)
@@ -143,6 +153,7 @@ def run_study(study: Study, opts: Options) -> Result:
     from ..data.tasks import get_task
     from ..progress import progress_display
 
+    study.opts = opts
     settings = study.settings(get_task(opts.task).create(opts.sets.get("data")))
     check_options(study, opts, settings)
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -180,6 +191,7 @@ def probe_size(trainer, default: int) -> int:
 def finish(study: Study, rows: list[dict], out: Path) -> Result:
     """The table, sentence, report and files from the measured rows (also used on hand-made rows)."""
     out = Path(out)
+    rows = study.pool(rows)
     table = study.table(rows)
     sentence = study.sentence(table)
     report = f"{study.name}: \"{study.claim}\"\n\n{study.report(table, rows)}\n\n{sentence}\n"
@@ -239,6 +251,18 @@ def compare(a: tuple[float, float], b: tuple[float, float], floor: float = SHARE
     if abs(diff) <= max(a[1] + b[1], floor):
         return "level"
     return "higher" if diff > 0 else "lower"
+
+
+VERDICTS = {"higher": "ahead", "lower": "behind", "level": "level"}
+
+
+def verdict(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> str:
+    """How arm ``b`` stands to arm ``a``, each (success, its spread over seeds, Wilson low, Wilson high):
+    "ahead", "behind", or "level" when their 95% intervals overlap or ``compare`` finds the difference
+    within the seeds' spreads (or half a point)."""
+    if b[2] <= a[3] and a[2] <= b[3]:
+        return "level"
+    return VERDICTS[compare((a[0], a[1]), (b[0], b[1]))]
 
 
 def pct(mean: float, sd: float | None = None) -> str:
