@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
-from .blocks import encoder_stack, init_model, sequence_loss
+from .blocks import encoder_stack, init_model, sequence_loss, words_backward, words_forward
 from .classifier import IGNORE_LABEL
 from .config import (
     MAX_PARAMETERS,
@@ -216,7 +216,7 @@ class ActionLM(Module):
                      ) -> tuple[np.ndarray, Any]:
         """The prefix tokens: words then patches, each with its type, (B, P, E), and the cache."""
         tw = self.type_embed.params["weight"]                     # (3, E)
-        xw, c_w = self._words_forward(words, rng)                 # (B, L, E)
+        xw, c_w = words_forward(self, words, rng)                 # (B, L, E)
         xp, c_p = self.patch_embed.forward(images, rng)           # (B, N, E)
         return np.concatenate([xw + tw[self.WORD], xp + tw[self.PATCH]], axis=1), (c_w, c_p)   # (B, P, E)
 
@@ -241,26 +241,6 @@ class ActionLM(Module):
         logits, c_out = self.project_output(h[:, xp.shape[1]:])   # (B, A, V_a)
         return logits, (c_prefix, c_a, c_enc, c_out, h.shape, n_words)
 
-    def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
-        """The word tokens (B, L, E) before their type embedding, and the cache."""
-        if not self.config.text_dim:
-            return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
-        x, c_proj = self.text_proj.forward(words)                 # (B, L, E) = s W_t^T + b_t
-        x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
-        return x, (c_proj, c_drop)
-
-    def _words_backward(self, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
-        """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None."""
-        if not self.config.text_dim:
-            _, g = self.word_embed.backward(dxw, c_w)
-            add_grads(grads, g, "word_embed")
-            return None
-        c_proj, c_drop = c_w
-        dxw, _ = self.text_dropout.backward(dxw, c_drop)
-        dstates, g = self.text_proj.backward(dxw, c_proj)          # (B, L, S)
-        add_grads(grads, g, "text_proj")
-        return dstates
-
     def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, A, V_a) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
         d images (B, H, W, C)} and, when text_dim > 0, "words": d loss / d text states (B, L, S)."""
@@ -280,7 +260,7 @@ class ActionLM(Module):
         grads["type_embed.weight"] = dtype_w
         _, g = self.action_embed.backward(dxa, c_a)
         add_grads(grads, g, "action_embed")
-        dwords = self._words_backward(dxw, c_w, grads)
+        dwords = words_backward(self, dxw, c_w, grads)
         dimages, g = self.patch_embed.backward(dxp, c_p)          # (B, H, W, C)
         add_grads(grads, g, "patch_embed")
         return ({"images": dimages} if dwords is None else {"images": dimages, "words": dwords}), grads

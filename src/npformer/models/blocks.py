@@ -8,6 +8,8 @@
     output_backward    its gradient: the tied table's starts here, the lookups' are added later
     lookup_backward    an embedding lookup's gradients, its rows added into the table's gradient so far
     sequence_loss      mean token cross-entropy over the positions not ignored
+    words_forward      an instruction's word tokens: ids through a table, or frozen text states projected
+    words_backward     their gradient (the policies VLA and ActionLM read words this way)
 
 Dimension legend: B batch, T positions, E model width, V vocabulary.
 """
@@ -111,3 +113,28 @@ def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, la
     dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
     return float(flat), dlogits
 
+
+
+def words_forward(model: Any, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
+    """The word tokens (B, L, E) of a policy that reads an instruction, before their type embedding, and the
+    cache: ``model.word_embed`` over ids (B, L) when ``model.config.text_dim`` is 0, else frozen text states
+    (B, L, S) through ``model.text_proj`` and ``model.text_dropout``."""
+    if not model.config.text_dim:
+        return model.word_embed.forward(words, rng)               # E_w[ids] * sqrt(E) + P_w
+    x, c_proj = model.text_proj.forward(words)                    # (B, L, E) = s W_t^T + b_t
+    x, c_drop = model.text_dropout.forward(x, rng)                # (B, L, E)
+    return x, (c_proj, c_drop)
+
+
+def words_backward(model: Any, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
+    """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None for
+    word ids."""
+    if not model.config.text_dim:
+        _, g = model.word_embed.backward(dxw, c_w)
+        add_grads(grads, g, "word_embed")
+        return None
+    c_proj, c_drop = c_w
+    dxw, _ = model.text_dropout.backward(dxw, c_drop)
+    dstates, g = model.text_proj.backward(dxw, c_proj)             # (B, L, S)
+    add_grads(grads, g, "text_proj")
+    return dstates

@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from ..ops import cross_entropy_backward, cross_entropy_forward
-from .blocks import encoder_stack, init_model
+from .blocks import encoder_stack, init_model, words_backward, words_forward
 from .config import (
     BlockConfig,
     check_choice,
@@ -179,7 +179,7 @@ class VLA(Module):
         words, images = self.check_inputs(words, images, rng)
         b, n_words = words.shape[:2]
         tw = self.type_embed.params["weight"]                     # (2, E)
-        xw, c_w = self._words_forward(words, rng)                 # (B, L, E)
+        xw, c_w = words_forward(self, words, rng)                 # (B, L, E)
         xp, c_p = self.patch_embed.forward(images, rng)           # (B, N, E)
         xa = np.broadcast_to(self.params["action_queries"], (b, N_ACTIONS, c.d_model))  # (B, 2, E)
         x = np.concatenate([xa, xw + tw[self.WORD], xp + tw[self.PATCH]], axis=1)     # (B, T, E)
@@ -198,27 +198,6 @@ class VLA(Module):
         else:
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
-
-    def _words_forward(self, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
-        """The word tokens (B, L, E) before their type embedding, and the cache."""
-        if not self.config.text_dim:
-            return self.word_embed.forward(words, rng)            # E_w[ids] * sqrt(E) + P_w
-        x, c_proj = self.text_proj.forward(words)                 # (B, L, E) = s W_t^T + b_t
-        x, c_drop = self.text_dropout.forward(x, rng)             # (B, L, E)
-        return x, (c_proj, c_drop)
-
-    def _words_backward(self, dxw: np.ndarray, c_w: Any, grads: dict) -> np.ndarray | None:
-        """Adds the word path's gradients into ``grads``; returns d loss / d text states (B, L, S), or None
-        for word ids."""
-        if not self.config.text_dim:
-            _, g = self.word_embed.backward(dxw, c_w)
-            add_grads(grads, g, "word_embed")
-            return None
-        c_proj, c_drop = c_w
-        dxw, _ = self.text_dropout.backward(dxw, c_drop)
-        dstates, g = self.text_proj.backward(dxw, c_proj)          # (B, L, S)
-        add_grads(grads, g, "text_proj")
-        return dstates
 
     def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
         """dlogits (B, 2, N) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
@@ -248,7 +227,7 @@ class VLA(Module):
         dtype_w[self.WORD] = dxw.sum(axis=(0, 1))
         dtype_w[self.PATCH] = dxp.sum(axis=(0, 1))
         grads["type_embed.weight"] = dtype_w
-        dwords = self._words_backward(dxw, c_w, grads)
+        dwords = words_backward(self, dxw, c_w, grads)
         dimages, g = self.patch_embed.backward(dxp, c_p)          # (B, H, W, C)
         add_grads(grads, g, "patch_embed")
         return ({"images": dimages} if dwords is None else {"images": dimages, "words": dwords}), grads
