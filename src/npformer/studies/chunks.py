@@ -29,7 +29,7 @@ class ChunksStudy(EpisodeStudy):
         return [Setting(f"k={k}", columns={}, data={"chunk": k}, train=QUIET) for k in CHUNKS]
 
     def measure(self, trainer, setting: Setting, before: dict) -> list[dict]:
-        k, n = trainer.task.settings.chunk, self.episodes()
+        k, n = trainer.task.settings.chunk, self.episodes(trainer)
         return [{"setting": f"k={k}, {mode}", "chunk": k, "execute": mode, **play_arm(trainer, n, execute=mode)}
                 for mode in MODES]
 

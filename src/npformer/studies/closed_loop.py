@@ -29,7 +29,7 @@ class ClosedLoopStudy(EpisodeStudy):
                         train=QUIET)]
 
     def measure(self, trainer, setting: Setting, before: dict) -> list[dict]:
-        n = self.episodes()
+        n = self.episodes(trainer)
         return [{"setting": label, "loop": loop, "perturb": perturb,
                  **play_arm(trainer, n, execute="first", open_loop=loop == "open", perturb=perturb)}
                 for label, loop, perturb in ARMS]

@@ -34,7 +34,7 @@ class DataStudy(EpisodeStudy):
                         train=QUIET) for d, b in arms]
 
     def measure(self, trainer, setting: Setting, before: dict) -> list[dict]:
-        return [play_arm(trainer, self.episodes())]
+        return [play_arm(trainer, self.episodes(trainer))]
 
     def sentence(self, table: list[dict]) -> str:
         demos = sorted({t["demos"] for t in table if t["action_bins"] == 256})

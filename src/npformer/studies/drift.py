@@ -36,7 +36,7 @@ class DriftStudy(EpisodeStudy):
                         data={**CLEAN, "dagger": ROUNDS, "round_steps": max(1, steps // ROUNDS)}, train=QUIET)]
 
     def measure(self, trainer, setting: Setting, before: dict) -> list[dict]:
-        n, labels = self.episodes(), len(trainer.task.demos())
+        n, labels = self.episodes(trainer), len(trainer.task.demos())
         return [{"setting": setting.label + (", perturbed" if perturb else ""), "perturb": perturb,
                  "labels": labels, **play_arm(trainer, n, perturb=perturb)} for perturb in (False, True)]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import Study, format_table, pct, summarise, verdict
+from .common import Study, format_table, pct, probe_size, summarise, verdict
 from .figures import new_figure, save
 
 EPISODES = 300                          # fresh episodes per arm, over all seeds together
@@ -63,8 +63,10 @@ class EpisodeStudy(Study):
     keys: tuple[str, ...] = ("success", "mean_steps", "smoothness")     # summarised over seeds
     describe: tuple[str, ...] = ()                                    # the columns that describe an arm
 
-    def episodes(self) -> int:
-        return per_seed(self.opts.seeds if self.opts else 3)
+    def episodes(self, trainer) -> int:
+        """Episodes per arm for this seed's run: ``per_seed``, or fewer when the run's final evaluation was made
+        smaller (``--set final_eval_n=N``, as the tests and the docs' examples do)."""
+        return probe_size(trainer, per_seed(self.opts.seeds if self.opts else 3))
 
     def pool(self, rows: list[dict]) -> list[dict]:
         from ..sim.episodes import wilson
