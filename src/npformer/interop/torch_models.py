@@ -57,6 +57,25 @@ def _padding(ids: torch.Tensor, pad_id: int):
     return (ids == pad_id) if pad_id >= 0 else None                          # (B, T)
 
 
+def _add_word_path(module: nn.Module, model, dtype: torch.dtype) -> None:
+    """The instruction's word path of a policy (VLA, ActionLM), as models.blocks.words_forward reads it: a
+    word table over ids, or frozen text states (text_dim = S) projected, with their dropout."""
+    c = model.config
+    if c.text_dim:
+        module.text_proj = nn.Linear(c.text_dim, c.d_model, dtype=dtype)
+        module.text_dropout = nn.Dropout(model.text_dropout.p)           # dropout and text_dropout in one
+    else:
+        module.word_embed = TorchEmbeddings(model.word_embed, dtype)
+
+
+def _word_tokens(module: nn.Module, words: torch.Tensor):
+    """(word tokens (B, L, E), real (B, L) bool): ids through the table (padding is pad_id), or text states
+    projected (padding is an all-zero state)."""
+    if module.config.text_dim:
+        return module.text_dropout(module.text_proj(words)), (words != 0).any(dim=-1)
+    return module.word_embed(words), words != module.config.pad_id
+
+
 def _causal(t: int, device) -> torch.Tensor:
     """torch's boolean causal mask, True above the diagonal = not allowed."""
     return torch.triu(torch.ones(t, t, dtype=torch.bool, device=device), diagonal=1)  # (T, T)
@@ -212,11 +231,7 @@ class TorchVLA(nn.Module):
         super().__init__()
         c = self.config = model.config
         self.action_queries = nn.Parameter(torch.zeros(1, 2, c.d_model, dtype=dtype))
-        if c.text_dim:
-            self.text_proj = nn.Linear(c.text_dim, c.d_model, dtype=dtype)
-            self.text_dropout = nn.Dropout(model.text_dropout.p)          # dropout and text_dropout in one
-        else:
-            self.word_embed = TorchEmbeddings(model.word_embed, dtype)
+        _add_word_path(self, model, dtype)
         self.patch_embed = TorchPatchEmbedding(model.patch_embed, dtype)
         self.type_embed = nn.Embedding(2, c.d_model, dtype=dtype)           # rows: word, patch
         self.encoder = encoder
@@ -229,10 +244,7 @@ class TorchVLA(nn.Module):
     def forward(self, words: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         c = self.config
         b, n_words = words.shape[:2]
-        if c.text_dim:
-            xw, real = self.text_dropout(self.text_proj(words)), (words != 0).any(dim=-1)  # (B, L, E), (B, L)
-        else:
-            xw, real = self.word_embed(words), words != c.pad_id
+        xw, real = _word_tokens(self, words)                                 # (B, L, E), (B, L)
         tw = self.type_embed.weight                                          # (2, E)
         x = torch.cat([self.action_queries.expand(b, -1, -1), xw + tw[0], self.patch_embed(images) + tw[1]],
                       dim=1)                                                 # (B, T, E)
@@ -256,11 +268,7 @@ class TorchActionLM(nn.Module):
     def __init__(self, model, encoder: nn.TransformerEncoder, dtype: torch.dtype) -> None:
         super().__init__()
         c = self.config = model.config
-        if c.text_dim:
-            self.text_proj = nn.Linear(c.text_dim, c.d_model, dtype=dtype)
-            self.text_dropout = nn.Dropout(model.text_dropout.p)          # dropout and text_dropout in one
-        else:
-            self.word_embed = TorchEmbeddings(model.word_embed, dtype)
+        _add_word_path(self, model, dtype)
         self.patch_embed = TorchPatchEmbedding(model.patch_embed, dtype)
         self.action_embed = TorchEmbeddings(model.action_embed, dtype)
         self.type_embed = nn.Embedding(3, c.d_model, dtype=dtype)           # rows: word, patch, action
@@ -268,12 +276,8 @@ class TorchActionLM(nn.Module):
         self.action_head = nn.Linear(c.d_model, c.action_vocab, dtype=dtype)
 
     def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
-        c = self.config
         b, n_words = words.shape[:2]
-        if c.text_dim:
-            xw, real = self.text_dropout(self.text_proj(words)), (words != 0).any(dim=-1)  # (B, L, E), (B, L)
-        else:
-            xw, real = self.word_embed(words), words != c.pad_id
+        xw, real = _word_tokens(self, words)                                 # (B, L, E), (B, L)
         tw = self.type_embed.weight                                          # (3, E)
         prefix = torch.cat([xw + tw[0], self.patch_embed(images) + tw[1]], dim=1)   # (B, P, E)
         x = torch.cat([prefix, self.action_embed(actions_in) + tw[2]], dim=1)       # (B, T, E)
