@@ -1,8 +1,8 @@
 """Where the time goes: one base training step and one MiniLM batch, by part, beside the products-only bound.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_breakdown.py
-    (options: --workloads base,minilm --pairs 5 --minilm-batch 2 --threads N --figure docs/figures/breakdown.png;
-     a smoke test: --pairs 1)
+    (options: --workloads base,minilm --pairs 5 --minilm-batch 2 --threads N --kernels both
+     --figure docs/figures/breakdown.png; a smoke test: --pairs 1)
 
 Workloads:
 - base: bench_transformer.py's model (the paper's base encoder-decoder, d_model 512, 6 + 6 layers,
@@ -40,6 +40,11 @@ Beside each part: the products-only bound, the same products (shapes, dtypes and
 each operand, transposed views included, recorded in the last step) timed alone in the same
 order, best of 3, on the same threads; and numpy's sgemm peak, the best of 5 float32 2048 x 2048
 products on the same threads, in the same run, with the products' FLOPs at that rate.
+
+Kernel sets (--kernels, ops/kernels.py): ``both`` (the default where numba imports) times the base step
+twice, on the NumPy references (``numpy``) and with the compiled twins (``auto``), one table and one bar
+each, side by side; ``numpy`` or ``auto`` times one. Each table names the twins that ran. MiniLM's
+encoding runs the packed inference kernels, which have no twin, so it is timed once, under the last set.
 
 Parity (exit status 1 on a miss): the wrappers change no number. The base model's eval-mode loss
 and every gradient, and MiniLM's embeddings, with and without them, within 1e-6 relative.
@@ -374,6 +379,9 @@ def main() -> None:
     ap.add_argument("--minilm-batch", type=int, default=2,
                     help="which batch of the mixed corpus, longest first (0-3; default 2)")
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--kernels", choices=("both", "numpy", "auto"), default=None,
+                    help="the base step on the NumPy references, with the compiled twins, or both side by side "
+                         "(default: both where numba imports, else numpy)")
     ap.add_argument("--figure", metavar="PATH", help="write the stacked bars here (a .png or .svg)")
     add_threads_arg(ap)
     args = ap.parse_args()
@@ -385,12 +393,21 @@ def main() -> None:
     if args.batch_size < 1 or args.pairs < 1:
         ap.error("--batch-size and --pairs must be >= 1")
 
+    from npformer.ops import kernels
+
+    sets = {"both": ["numpy", "auto"], None: ["numpy", "auto"] if kernels.numba_module() else ["numpy"]}.get(
+        args.kernels, [args.kernels])
     threads = set_threads(args.threads)
     print_setup()
     results = []
     if "base" in workloads:
-        results.append(base_workload(args.pairs))
-        report(results[-1], threads)
+        for ks in sets:
+            with kernels.use_kernels(ks):
+                kernels.clear_used()
+                m = base_workload(args.pairs)
+                m["name"] += f"; kernels {ks} ({kernels.summary()})"
+                results.append(m)
+                report(m, threads)
     if "minilm" in workloads:
         results.append(minilm_workload(args.pairs, args.batch_size, args.minilm_batch))
         report(results[-1], 1)

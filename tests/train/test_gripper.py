@@ -197,3 +197,24 @@ def test_attention_says_its_view_is_not_built_yet_and_names_the_explorer(run, tm
     assert main(["attention", str(out), "put the red block in the box", "--out", str(tmp_path / "a.png")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not built yet" in err and "npformer explore RUN --seed S" in err, err
+
+
+def test_training_batches_drop_only_padding_columns_and_score_the_same():
+    from npformer.data.gripper import trim_padding
+    from npformer.models.action_lm import ActionLM
+
+    task = GripperTask.create({"demos": 3, "action_bins": 16})
+    model = task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
+    model = ActionLM(model.config, rng=1, dtype=np.float64)
+    batch = task.train_batch(np.random.default_rng(0), 6)
+    words, images, actions_in, targets = batch.arrays
+    full = task.reader.inputs(task.demos().texts(np.arange(6)))
+    assert words.shape[1] < full.shape[1] and (words != 0).sum(1).max() == words.shape[1]
+    padded = np.zeros((len(words), full.shape[1]), dtype=words.dtype)
+    padded[:, :words.shape[1]] = words
+    a, ga = model.loss(words, images.astype(np.float64), actions_in, targets)
+    b, gb = model.loss(padded, images.astype(np.float64), actions_in, targets)
+    assert abs(a - b) < 1e-12 and all(np.allclose(ga[k], gb[k], rtol=0, atol=1e-12) for k in ga)
+    states = np.zeros((2, 5, 3))
+    states[0, 1, 0] = 1.0                                                       # one real piece, at 1
+    assert trim_padding(states).shape == (2, 2, 3) and trim_padding(np.zeros((2, 4), int)).shape == (2, 1)

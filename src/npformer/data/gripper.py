@@ -40,6 +40,15 @@ PIXEL_SCALE = 0.25                      # the patch embedding starts as if pixel
 LINES_STREAM = EVAL_STREAM + 1          # ``--instructions``: line k's episodes, apart from the plain evaluation's
 
 
+def trim_padding(words: np.ndarray) -> np.ndarray:
+    """words (B, L) ids or (B, L, S) text states without the trailing columns that are padding in every row
+    (at least one column kept). The same sums: a padded word is never read as a key, and the real words
+    keep their positions; the sequence is shorter (the instructions have about 7 of the 16 slots)."""
+    real = (words != 0).any(axis=-1) if words.ndim == 3 else words != 0      # (B, L)
+    cols = np.flatnonzero(real.any(axis=0))
+    return words[:, :int(cols[-1]) + 1 if len(cols) else 1]
+
+
 class GripperTask(Task):
     name = "gripper"
     model_kind = "action_lm"
@@ -183,6 +192,7 @@ class GripperTask(Task):
         demos = self.demos()
         rows = rng.integers(0, len(demos), batch_size)
         words, images, actions_in, targets = self.examples(demos, rows)
+        words = trim_padding(words)
         n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP * self.settings.chunk)
         return Batch((words, images, actions_in, targets), n_tokens=n_tokens)
 
