@@ -144,8 +144,10 @@ def part_of(module: str, name: str) -> str | None:
         return "other"                      # allocation bookkeeping and the products' call wrapper
     if module in ("npformer.ops.attention", "npformer.ops.flash_attention") or "attention" in name:
         return "attention"
-    if module == "npformer.ops.losses":
+    if module in ("npformer.ops.losses", "npformer.ops.fused.losses"):
         return "loss"
+    if module == "npformer.ops.fused.adam":
+        return "optimizer"                  # the Adam twin's wrapper, called inside Adam.step
     return "elementwise"
 
 
@@ -356,7 +358,8 @@ def draw(results: list, path: str) -> None:
         ax.axvline(m["bound"] * 1e3, color="black", linestyle="--", label="products alone (bound)")
         ax.axvline(m["at_peak"] * 1e3, color="black", linestyle=":", label="products at the sgemm peak")
         ax.set_yticks([])
-        ax.set_xlim(0, max(left, m["bound"] * 1e3) * 1.05)
+        ax.set_xlim(0, max(max(sum(max(v, 0.0) for v in r["parts"].values()), r["bound"]) for r in results
+                           if r["name"].split(",")[0] == m["name"].split(",")[0]) * 1e3 * 1.05)
         ax.set_xlabel("ms")
         ax.set_title(m["name"], fontsize=8, loc="left")
     handles, labels = {}, []
@@ -405,7 +408,8 @@ def main() -> None:
             with kernels.use_kernels(ks):
                 kernels.clear_used()
                 m = base_workload(args.pairs)
-                m["name"] += f"; kernels {ks} ({kernels.summary()})"
+                m["name"] += f"; kernels {ks}" + (" (compiled twins)" if ks != "numpy" else " (the NumPy references)")
+                print(f"\nkernels {ks}: {kernels.summary()}")
                 results.append(m)
                 report(m, threads)
     if "minilm" in workloads:

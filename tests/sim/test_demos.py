@@ -53,3 +53,26 @@ def test_demo_seeds_are_disjoint_from_evaluation_seeds():
 def test_bad_settings_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         record_demos(**{"n_episodes": 2, "seed": 0, **kwargs})
+
+
+def test_max_steps_records_exactly_that_many_labels_the_same_ones():
+    full = record_demos(4, 3, noise=0.3)
+    cut = record_demos(4, 3, noise=0.3, max_steps=len(full) - 5)
+    assert len(cut) == len(full) - 5
+    assert np.array_equal(cut.images, full.images[:len(cut)]) and np.array_equal(cut.moves, full.moves[:len(cut)])
+    assert cut.instructions == full.instructions[:cut.episode.max() + 1]
+    with pytest.raises(ValueError, match="fewer than the"):
+        record_demos(2, 3, max_steps=10_000)
+    with pytest.raises(ValueError, match="max_steps"):
+        record_demos(2, 3, max_steps=0)
+
+
+def test_the_gripper_task_records_labels_and_refuses_them_with_chunks():
+    from npformer.data.gripper import GripperTask
+
+    task = GripperTask.create({"demos": 5, "labels": 37, "demo_seed": 1})
+    assert len(task.demos()) == 37 == task.first_rows
+    with pytest.raises(ValueError, match="chunk"):
+        GripperTask.create({"labels": 40, "chunk": 4})
+    with pytest.raises(ValueError, match="at least dagger"):
+        GripperTask.create({"labels": 2, "dagger": 3})

@@ -59,6 +59,8 @@ class GripperTask(Task):
     @dataclass
     class Settings:
         demos: int = 1000                   # demonstration episodes (DART), recorded when the task first needs them
+        labels: int = 0                     # > 0: exactly this many recorded steps (demos is then the most episodes
+                                            # taken; the drift study gives each arm the same number of labels)
         # bins per move axis. RT-2 and OpenVLA use 256; 32 trains better here (docs/vla.md): after 1,500 steps
         # the 32-bin policy's held-out gripper-token accuracy was 0.91, the 256-bin one's 0.53 after 2,500
         action_bins: int = 32
@@ -76,11 +78,17 @@ class GripperTask(Task):
         tokenizer: dict | None = None       # the action tokenizer {"bins", "low", "high"}, fitted at start
 
         def __post_init__(self) -> None:
-            for name, low in (("demos", 1), ("action_bins", 2), ("chunk", 1), ("eval_size", 1)):
+            for name, low in (("demos", 1), ("labels", 0), ("action_bins", 2), ("chunk", 1), ("eval_size", 1)):
                 v = getattr(self, name)
                 if isinstance(v, bool) or not isinstance(v, int) or v < low:
                     raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
             check_chunk_settings(self)
+            if self.labels and self.chunk > 1:
+                raise ValueError(f"labels ({self.labels}) cuts the last episode, whose chunks would end in made-up "
+                                 f"'done' steps: use it with chunk 1, got chunk {self.chunk}")
+            if self.labels and self.dagger and self.labels < self.dagger:
+                raise ValueError(f"labels ({self.labels}) must be at least dagger ({self.dagger}): each round "
+                                 "gets labels / dagger of them")
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
             for name in ("noise", "flip", "perturb"):
@@ -102,6 +110,7 @@ class GripperTask(Task):
     def __init__(self, settings=None) -> None:
         super().__init__(settings)
         self._demos: Demos | None = None
+        self.first_rows = 0                     # the steps recorded first (DAgger: round 1's), set by demos()
         self.dagger_calls = 0                   # DAgger: loss calls so far (a round ends every round_steps)
 
     # -- reading and the tokenizer ------------------------------------------------------------------
@@ -124,8 +133,10 @@ class GripperTask(Task):
             if s.demo_seed is None:
                 raise ValueError("the gripper task has no demo_seed yet: it is drawn when a run starts")
             first = s.demos // s.dagger if s.dagger else s.demos     # DAgger: round 1's share of the labels
+            labels = (s.labels // s.dagger if s.dagger else s.labels) or None
             self._demos = record_demos(max(1, first), s.demo_seed, noise=s.noise, flip=s.flip, split="train",
-                                       perturb=s.perturb)
+                                       perturb=s.perturb, max_steps=labels)
+            self.first_rows = len(self._demos)
         return self._demos
 
     # -- the model ----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def dagger_step(task, model) -> None:
     if task.dagger_calls % every or not 1 <= done < s.dagger:
         return
     demos = task.demos()
-    first = int((demos.episode < demos.episode.min() + max(1, s.demos // s.dagger)).sum())
+    first = task.first_rows                 # round 1's recorded steps: each round collects as many
     was_training = model.training
     model.eval()
     try:

@@ -45,11 +45,16 @@ class Demos:
 
 
 def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0.05, split: str = "train",
-                 perturb: float = 0.5) -> Demos:
+                 perturb: float = 0.5, max_steps: int | None = None) -> Demos:
     """``n_episodes`` expert episodes with DART noise. ``perturb``: the fraction of episodes run with the
-    perturbations on (each episode's draw comes from its seed)."""
+    perturbations on (each episode's draw comes from its seed). ``max_steps``: stop at exactly this many
+    recorded steps (the last episode is cut there; ``n_episodes`` is then the most episodes it may take,
+    and too few is a ValueError), so that recordings of different kinds hold the same number of labels."""
     if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) or n_episodes < 1:
         raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be None or an integer >= 1, got {max_steps!r}")
     for name, v in (("noise", noise), ("flip", flip), ("perturb", perturb)):
         if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
             raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
@@ -58,11 +63,13 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
     images, moves, gripper, done_moves, done_gripper, episode, steps = [], [], [], [], [], [], []
     texts, success = [], []
     for i in range(int(n_episodes)):
+        if max_steps is not None and len(moves) >= max_steps:
+            break
         rng = np.random.default_rng(episode_seed(seed, DEMO_STREAM, i))
         on = bool(rng.random() < perturb)
         world = new_episode(rng, split=split, perturb=on)
         noise_rng = np.random.default_rng([int(seed), _NOISE_STREAM, i])
-        while not world.over:
+        while not world.over and (max_steps is None or len(moves) < max_steps):
             clean = expert_action(world.info())
             images.append(render(world))
             moves.append(clean["move"])
@@ -78,6 +85,9 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
             world.step(move, command)
         texts.append(world.instruction)
         success.append(world.success)
+    if max_steps is not None and len(moves) < max_steps:
+        raise ValueError(f"{n_episodes} demonstration episodes hold {len(moves)} steps, fewer than the {max_steps} "
+                         "labels asked for: allow more episodes")
     return Demos(images=np.stack(images), moves=np.stack(moves).astype(np.float32),
                  gripper=np.asarray(gripper, dtype=np.int64),
                  executed_moves=np.stack(done_moves),
