@@ -60,7 +60,8 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
             raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    images, moves, gripper, done_moves, done_gripper, episode, steps = [], [], [], [], [], [], []
+    images, gripper, done_moves, done_gripper, episode, steps = [], [], [], [], [], []
+    moves: list[np.ndarray] = []
     texts, success = [], []
     for i in range(int(n_episodes)):
         if max_steps is not None and len(moves) >= max_steps:
