@@ -16,7 +16,10 @@ thread pool (``--settle 0.3`` shows it: torch's GELU forward a median 7.0 ms aga
 to back, on the machine of docs/performance.md): with a rest the pair would time torch's wake-up,
 not its GELU, which a step's GELU never pays. The order still alternates. --threads (default: one
 per physical core) sets torch's threads; numpy's element-wise loops, and so npformer's erf and GELU
-and scipy's erf, run on one core whatever it says, which is what their users get. A full run takes a few seconds.
+and scipy's erf, run on one core whatever it says, which is what their users get (--twin-threads sets
+the compiled twins' threads). The pairs run inside ``workspace.keep_heap()``, as the trainer runs its
+steps: otherwise glibc hands each call's 4 MB outputs back to the system and the next call page-faults
+them in again. A full run takes a few seconds.
 
 Parity, checked before the timings are printed (exit status 1 on a miss): npformer's float32
 erf within its stated 5e-7 of float64 scipy.special.erf, its float64 erf within its stated
@@ -55,7 +58,7 @@ def main() -> None:
     import scipy.special
     import torch
 
-    from npformer.ops import erf, gelu_backward, gelu_forward, kernels, parallel
+    from npformer.ops import erf, gelu_backward, gelu_forward, kernels, parallel, workspace
 
     threads = set_threads(args.threads, torch)
     print_setup(torch)
@@ -78,8 +81,13 @@ def main() -> None:
         "npformer gelu_backward": lambda: on_twin_threads(lambda: gelu_backward(dy, cache)),
         "torch gelu backward": lambda: torch.ops.aten.gelu_backward(dyt, xt).numpy(),
     }
-    results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup, settle=args.settle)
-               for a, b in PAIRS]
+    # inside keep_heap(), as the trainer runs its steps and as bench_transformer.py and bench_small.py time
+    # theirs (process-wide: scipy's and torch's sides too): without it each call's fresh 4 MB outputs are
+    # handed back to the system and page-faulted in again by the next call, which torch's caching
+    # allocator never pays
+    with workspace.keep_heap():
+        results = [paired({a: sides[a], b: sides[b]}, args.pairs, warmup=args.warmup, settle=args.settle)
+                   for a, b in PAIRS]
     timed = kernels.summary()                                        # before the float64 checks below run
     got = {k: v for res in results for k, v in res.out.items()}
 
