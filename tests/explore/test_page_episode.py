@@ -35,9 +35,13 @@ def written(gripper_run, tmp_path_factory):  # noqa: F811
 
 def replay(run, seed: int, perturb: bool):
     """The episode played again outside the explorer: (policy, frames (S, 48, 48, 3), tokens (S, 3), world)."""
+    from npformer.data.gripper_policy import eval_episode_seed
+    from npformer.train.checkpoint import load_run
+
     policy = npformer.load_policy(run)
-    env = GripperEnv()
-    obs, _ = env.reset(seed=seed, options={"split": "test", "perturb": perturb})
+    env = GripperEnv()                      # evaluation episode ``seed``, as npformer act --seed plays it
+    obs, _ = env.reset(seed=eval_episode_seed(load_run(run, task="gripper"), seed),
+                       options={"split": "test", "perturb": perturb})
     policy.reset()
     frames, tokens = [], []
     while True:
@@ -107,13 +111,16 @@ def test_the_timeline_follows_the_keyboard_and_the_overlay_is_the_models_attenti
     assert page.evaluate(f"{state}.view") == "episode"                   # a gripper page opens on its episode
     assert "no block was ever grasped" in page.inner_text("#episode-outcome")
     page.focus("#episode-timeline")
-    for key in ("ArrowRight", "ArrowRight", "ArrowRight", "ArrowDown"):
+    # the perturbed episode's target moves once, after step k (1 to 3, before a grasp this policy never makes):
+    # step k + 1's frame is the first to show it, and that step says so
+    moved = [e for e in ep["events"] if e["kind"] == "moved"]
+    assert len(moved) == 1 and 1 <= moved[0]["step"] <= 3, ep["events"]
+    k, colour = moved[0]["step"], moved[0]["colour"]
+    for key in ["ArrowRight"] * k + ["ArrowDown"]:
         page.keyboard.press(key)
-    assert page.evaluate(f"[{state}.input, {state}.episodeSlot]") == [3, 1]
+    assert page.evaluate(f"[{state}.input, {state}.episodeSlot]") == [k, 1]
     said = page.inner_text("#episode-said")
-    # the block moved after step 3: step 4's frame is the first to show it, and that step says so
-    assert [e["step"] for e in ep["events"] if e["kind"] == "moved"] == [3]
-    assert said.startswith("step 4 of 50") and "after step 3 the red block moved" in said, said
+    assert said.startswith(f"step {k + 1} of 50") and f"after step {k} the {colour} block moved" in said, said
     page.keyboard.press("End")
     assert page.evaluate(f"{state}.input") == 49 and page.inner_text("#episode-said").startswith("step 50 of 50")
     page.keyboard.press("Home")

@@ -111,11 +111,8 @@ def _task_of(run_dir) -> str:
 
 def _act_gripper(args) -> int:
     """One episode of a gripper policy: its steps, its outcome, and the GIF (or PNG strip) of its frames."""
-    from ..data.gripper_policy import play_episode
-    from ..settings import FileFormatError
-    from ..sim.episodes import EVAL_STREAM
-    from ..sim.world import episode_seed
-    from ..train.checkpoint import CONFIG, load_run
+    from ..data.gripper_policy import eval_episode_seed, play_episode
+    from ..train.checkpoint import load_run
     from ..viz.episode import save_episode
 
     if args.study is not None:
@@ -129,13 +126,11 @@ def _act_gripper(args) -> int:
     if out.suffix.lower() not in (".gif", ".png"):
         raise CLIError(f"--out must name a .gif (the episode) or .png (a strip of its frames), got {str(out)!r}")
     r = load_run(args.run, task="gripper")
-    run_seed = r.config["train"].get("seed", 0)
-    if isinstance(run_seed, bool) or not isinstance(run_seed, int) or run_seed < 0:
-        raise FileFormatError(f"{r.path / CONFIG}: train.seed must be a non-negative int, got {run_seed!r}")
+    env_seed = eval_episode_seed(r, args.seed)
     policy = r.task.policy(r.model)
     if args.instruction is not None:
         r.task.reader.inputs([args.instruction])            # a word the scratch policy does not know: refused
-    ep = play_episode(policy, episode_seed(run_seed, EVAL_STREAM, args.seed), args.instruction, args.perturb)
+    ep = play_episode(policy, env_seed, args.instruction, args.perturb)
     world = ep["world"]
     print(f"episode {args.seed}: {ep['instruction']!r} (target: {world.target[0]} block in the {world.target[1]})")
     for t, (a, p) in enumerate(zip(ep["actions"], ep["probs"], strict=True), start=1):

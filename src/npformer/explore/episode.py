@@ -3,8 +3,9 @@
     ex = open_explorer("runs/gripper")          # payload.open_explorer sends action_lm runs here (open_run)
     payload = ex.payload([{"seed": 3, "instruction": None, "perturb": 0}])
 
-One input is an episode: ``GripperEnv`` reset with the seed (and the instruction, and the perturbations
-when asked), played greedily by the policy (``decode.act_tokens`` over the KV cache, as ``npformer act``
+One input is an episode: evaluation episode ``seed`` of the run, the one ``npformer eval`` and ``npformer
+act --seed`` play (``GripperEnv`` reset with ``gripper_policy.eval_episode_seed``; the instruction, and the
+perturbations when asked), played greedily by the policy (``decode.act_tokens`` over the KV cache, as ``npformer act``
 plays it). The page's inputs are then the episode's steps, one each: step t's frame, and the attention
 of one eval-mode forward over that frame's prefix (words, patches) and the three action tokens the policy
 read, teacher-forced on its own choice (BOS, dx, dy). ``ActionLM``'s prefix never reads an action token,
@@ -131,12 +132,13 @@ class EpisodeExplorer(RunExplorer):
             from ..data.tabletop import model_words
 
             model_words(policy.reader, model, [instruction])              # an unknown word: one clear error
+        from ..data.gripper_policy import eval_episode_seed
         from ..train.trainer import _blas_threads
 
         # the run's BLAS threads (the gripper task's default: one): these matrices are 64 wide, and on shared
         # cores a second BLAS thread made this page 4x slower (15 s against 3.3 s, measured on 2 loaded cores)
         with _blas_threads((self.run.config.get("train") or {}).get("blas_threads")):
-            ep = play(policy, seed, instruction, perturb)
+            ep = play(policy, eval_episode_seed(self.run, seed), instruction, perturb)
             steps, episode = self._steps(policy, ep, seed)
         notes = ["Each input is one step of the episode: the three action tokens' attention rows (BOS chose dx, dx "
                  "chose dy, dy chose the gripper command), as 8-bit (round(w*255)); rollout as 8-bit, relevance as "
