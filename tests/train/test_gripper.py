@@ -218,3 +218,19 @@ def test_training_batches_drop_only_padding_columns_and_score_the_same():
     states = np.zeros((2, 5, 3))
     states[0, 1, 0] = 1.0                                                       # one real piece, at 1
     assert trim_padding(states).shape == (2, 2, 3) and trim_padding(np.zeros((2, 4), int)).shape == (2, 1)
+
+
+def test_eval_csv_keeps_no_flag_and_the_curves_draw(run, tmp_path):
+    import csv
+    import shutil
+
+    from npformer.train.runlog import EVAL_LOG, append_eval, plot_run
+
+    out, _ = run
+    append_eval(tmp_path, 5, {"success": 0.25, "perturb": False, "n": 8, "outcomes": {"success": 2}})
+    assert next(csv.reader(open(tmp_path / EVAL_LOG))) == ["step", "n", "success"]
+    old = tmp_path / "old"                            # an eval.csv written before flags were left out
+    shutil.copytree(out, old)
+    with open(old / EVAL_LOG, "w", newline="") as f:
+        csv.writer(f).writerows([["step", "mean_steps", "n", "perturb", "success"], [10, 40.5, 8, False, 0.0]])
+    assert plot_run(old).stat().st_size > 0

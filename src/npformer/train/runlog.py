@@ -52,9 +52,10 @@ def _step_of(row: list[str]) -> float:
 
 
 def append_eval(out: Path, step: int, metrics: dict) -> None:
-    """One row of eval.csv: the step and the numeric metrics, in sorted order (the header, when new)."""
+    """One row of eval.csv: the step and the numeric metrics, in sorted order (the header, when new); a flag
+    (a bool, such as the gripper's ``perturb``) is not a metric and is not written."""
     path = out / EVAL_LOG
-    keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
+    keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
     with open_append(path) as f, writing(path):
         w = csv.writer(f)
         if f.tell() == 0:                                                # a new (or empty) file
@@ -115,6 +116,17 @@ def read_log(run_dir) -> dict[str, np.ndarray]:
     return {k: np.array([float(r[k]) for r in rows]) for k in LOG_FIELDS}
 
 
+NOT_PLOTTED = ("step", "loss", "n", "truncated", "mean_steps")
+
+
+def _numeric(rows: list[dict], key: str) -> bool:
+    try:
+        [float(r[key]) for r in rows]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def plot_run(run_dir) -> Path:
     """Draw the run's curves into curves.png (atomically); returns its path."""
     import matplotlib
@@ -142,7 +154,9 @@ def plot_run(run_dir) -> Path:
     axes[1].plot(log["step"], log["lr"], color="C2")
     axes[1].set(xlabel="step", ylabel="learning rate", title=f"schedule: {config['train']['schedule']}")
     ax = axes[2]
-    metric_keys = [k for k in (evals[0].keys() if evals else []) if k not in ("step", "loss", "n")]
+    # the rates and scores; not the counts of an episode evaluation, nor a column that is not a number
+    # (a run written before flags were left out of eval.csv holds gripper's perturb as False)
+    metric_keys = [k for k in (evals[0].keys() if evals else []) if k not in NOT_PLOTTED and _numeric(evals, k)]
     for i, key in enumerate(metric_keys):
         ax.plot([float(r["step"]) for r in evals], [float(r[key]) for r in evals], "o-", ms=3,
                 color=f"C{i + 4}", label=key)
