@@ -36,11 +36,11 @@ def written(gripper_run, tmp_path_factory):  # noqa: F811
 def replay(run, seed: int, perturb: bool):
     """The episode played again outside the explorer: (policy, frames (S, 48, 48, 3), tokens (S, 3), world)."""
     from npformer.data.gripper_policy import eval_episode_seed
-    from npformer.train.checkpoint import load_run
+    from npformer.train.checkpoint import load_run, run_seed
 
     policy = npformer.load_policy(run)
     env = GripperEnv()                      # evaluation episode ``seed``, as npformer act --seed plays it
-    obs, _ = env.reset(seed=eval_episode_seed(load_run(run, task="gripper"), seed),
+    obs, _ = env.reset(seed=eval_episode_seed(run_seed(load_run(run, task="gripper")), seed),
                        options={"split": "test", "perturb": perturb})
     policy.reset()
     frames, tokens = [], []

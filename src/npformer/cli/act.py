@@ -112,7 +112,7 @@ def _task_of(run_dir) -> str:
 def _act_gripper(args) -> int:
     """One episode of a gripper policy: its steps, its outcome, and the GIF (or PNG strip) of its frames."""
     from ..data.gripper_policy import eval_episode_seed, play_episode
-    from ..train.checkpoint import load_run
+    from ..train.checkpoint import load_run, run_seed
     from ..viz.episode import save_episode
 
     if args.study is not None:
@@ -126,7 +126,7 @@ def _act_gripper(args) -> int:
     if out.suffix.lower() not in (".gif", ".png"):
         raise CLIError(f"--out must name a .gif (the episode) or .png (a strip of its frames), got {str(out)!r}")
     r = load_run(args.run, task="gripper")
-    env_seed = eval_episode_seed(r, args.seed)
+    env_seed = eval_episode_seed(run_seed(r), args.seed)
     policy = r.task.policy(r.model)
     if args.instruction is not None:
         r.task.reader.inputs([args.instruction])            # a word the scratch policy does not know: refused

@@ -78,19 +78,14 @@ class GripperPolicy:
         return {"move": np.clip(moves[0], -1.0, 1.0).astype(np.float32), "gripper": int(gripper[0])}
 
 
-def eval_episode_seed(run, s: int) -> int:
-    """The environment seed of evaluation episode ``s`` of a loaded gripper run (``train.checkpoint.load_run``):
-    ``episode_seed(train.seed, EVAL_STREAM, s)``, as ``npformer eval`` draws its episode s, so that ``npformer
-    act`` and ``npformer explore`` with ``--seed s`` show that episode. A bad train.seed in config.json is a
-    FileFormatError naming the file."""
-    from ..settings import FileFormatError
+def eval_episode_seed(run_seed: int, s: int) -> int:
+    """The environment seed of evaluation episode ``s`` of a gripper run trained with seed ``run_seed``
+    (``train.checkpoint.run_seed`` reads it from a run): ``episode_seed(run_seed, EVAL_STREAM, s)``, as
+    ``npformer eval`` draws its episode s, so that ``npformer act`` and ``npformer explore`` with ``--seed
+    s`` show that episode."""
     from ..sim.episodes import EVAL_STREAM
     from ..sim.world import episode_seed
-    from ..train.checkpoint import CONFIG
 
-    run_seed = (run.config.get("train") or {}).get("seed", 0)
-    if isinstance(run_seed, bool) or not isinstance(run_seed, int) or run_seed < 0:
-        raise FileFormatError(f"{run.path / CONFIG}: train.seed must be a non-negative int, got {run_seed!r}")
     return episode_seed(run_seed, EVAL_STREAM, s)
 
 

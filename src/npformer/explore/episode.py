@@ -133,12 +133,13 @@ class EpisodeExplorer(RunExplorer):
 
             model_words(policy.reader, model, [instruction])              # an unknown word: one clear error
         from ..data.gripper_policy import eval_episode_seed
+        from ..train.checkpoint import run_seed
         from ..train.trainer import _blas_threads
 
         # the run's BLAS threads (the gripper task's default: one): these matrices are 64 wide, and on shared
         # cores a second BLAS thread made this page 4x slower (15 s against 3.3 s, measured on 2 loaded cores)
         with _blas_threads((self.run.config.get("train") or {}).get("blas_threads")):
-            ep = play(policy, eval_episode_seed(self.run, seed), instruction, perturb)
+            ep = play(policy, eval_episode_seed(run_seed(self.run), seed), instruction, perturb)
             steps, episode = self._steps(policy, ep, seed)
         notes = ["Each input is one step of the episode: the three action tokens' attention rows (BOS chose dx, dx "
                  "chose dy, dy chose the gripper command), as 8-bit (round(w*255)); rollout as 8-bit, relevance as "

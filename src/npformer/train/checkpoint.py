@@ -220,6 +220,16 @@ def read_config(run_dir) -> dict:
     return config
 
 
+def run_seed(run) -> int:
+    """A loaded run's training seed (config.json's train.seed, 0 when absent); a value that is not a
+    non-negative int is a FileFormatError naming the file."""
+    seed = (run.config.get("train") or {}).get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise settings.FileFormatError(f"{Path(run.path) / CONFIG}: train.seed must be a non-negative int, "
+                                       f"got {seed!r}")
+    return seed
+
+
 def load_run(run_dir, task: str | None = None, model_kind: str | tuple[str, ...] | None = None) -> Run:
     """Load a run directory's task and trained model, checking what the caller expects.
 
