@@ -168,6 +168,22 @@ def test_the_tokenizer_in_config_json_is_checked_on_load(run, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "config.json" in err and "tokenizer" in err and "'low'" in err
 
 
+@pytest.mark.parametrize("command", ["act", "explore"])
+def test_a_bad_train_seed_is_refused_by_act_and_explore(run, tmp_path, capsys, command):
+    import shutil
+
+    out, _ = run
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["train"]["seed"] = "3"
+    (bad / "config.json").write_text(json.dumps(config))
+    assert main([command, str(bad), "--seed", "1", "--out", str(tmp_path / "x.png" if command == "act"
+                                                              else tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "config.json" in err and "train.seed" in err, err
+
+
 @pytest.mark.parametrize("argv, words", [
     (["act", "RUN", "--instruction", "put the orange block in the box"], "unknown word 'orange'"),
     (["act", "RUN", "--instruction", "put the red block in the red block"], "container"),
