@@ -6,6 +6,7 @@
     python benchmarks/gripper_why.py probe block        # ... where the named block is? (400 steps)
     python benchmarks/gripper_why.py probe gripper raw  # ... with a ViT's usual start instead of the task's
     python benchmarks/gripper_why.py ties RUN [N]       # batched against one-at-a-time episodes (N = 100)
+    python benchmarks/gripper_why.py grasp RUN [N]      # where the policy closes, and where it should (N = 200)
 
 - ``tokenizer``: 500 evaluation episodes per bin count (8, 16, 32, 256), with and without the perturbations,
   played by the scripted expert whose every action goes through encode and decode first: the resolution's
@@ -18,6 +19,11 @@
   table?", asked as the dx token (bin 0 or the last); accuracy on 300 held-out scenes every 50 steps.
   ``raw``: the patch embedding and its positions as ``PatchEmbedding`` starts them (uniform weights and
   bias, positions N(0, 0.02)) instead of the task's start (``GripperTask.build_model``).
+- ``grasp``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, watched step by step (``episodes.play``'s
+  ``watch``): every grasp attempt (the policy closes an open, empty gripper), how far the gripper was from
+  the named block's centre (in block sides; a pick needs half a side or less) and what it picked; and
+  every step where the scripted expert would close on the named block (it arrives this step), whether the
+  policy closed there too, and how far its move was from the expert's (action units, the larger axis).
 - ``ties``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, played batched and then one at a time:
   how many end differently (steps or outcome).
 """
@@ -117,6 +123,48 @@ def probe(what: str, raw: bool = False) -> None:
             print(f"{label}: step {step}: right half or not, held-out accuracy {right:.3f}", flush=True)
 
 
+def grasp(run: str, n: int) -> None:
+    from npformer.sim.episodes import play
+    from npformer.sim.world import BLOCK_SIZE, GRIPPER_CLOSE, MAX_MOVE, PICK_RADIUS
+    from npformer.train.checkpoint import load_run
+
+    r = load_run(run, task="gripper")
+    policy = r.task.policy(r.model)
+    attempts, arrivals = [], []          # (distance in block sides, what it picked); (closed?, move error)
+
+    def watch(i, info, move, command):
+        colour = info["target"][0]
+        gx, gy, closed = info["gripper"]
+        if closed or info["held"] is not None:
+            return
+        bx, by = info["blocks"][colour]
+        if command == GRIPPER_CLOSE:                     # the step moves first, then closes where it landed
+            px, py = np.clip(np.array([gx, gy]) + np.clip(move, -1, 1) * MAX_MOVE, 0.0, 1.0)
+            d = float(np.hypot(px - bx, py - by))
+            attempts.append((d / BLOCK_SIZE, d <= PICK_RADIUS))
+        want = expert_action(info)
+        if want["gripper"] == GRIPPER_CLOSE:
+            err = float(np.abs(np.clip(move, -1, 1) - want["move"]).max())
+            arrivals.append((command == GRIPPER_CLOSE, err))
+
+    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(n)]
+    results, summary = play(policy.act_batch, seeds, [{"split": "test", "perturb": False}] * n, watch=watch)
+    d = np.array([a[0] for a in attempts])
+    print(f"{run}: {n} episodes, {summary['outcomes']['success']} successes; "
+          f"{sum(r.outcome == 'never_grasped' for r in results)} never_grasped")
+    if len(d):
+        print(f"grasp attempts (closing an open, empty gripper): {len(d)}, {np.mean(d <= 0.5):.1%} within half a "
+              f"block side of the named block's centre where the step's move lands; "
+              f"distance in block sides: median {np.median(d):.2f}, quartiles {np.quantile(d, 0.25):.2f}-"
+              f"{np.quantile(d, 0.75):.2f}")
+    if arrivals:
+        closed = np.array([a[0] for a in arrivals])
+        err = np.array([a[1] for a in arrivals])
+        print(f"steps where the expert would close on the named block: {len(arrivals)}; the policy closed at "
+              f"{closed.mean():.1%} of them; its move's error there (action units, larger axis): median "
+              f"{np.median(err):.2f}, {np.mean(err > PICK_RADIUS / 0.08):.1%} off by more than a pick radius")
+
+
 def ties(run: str, n: int) -> None:
     from npformer.sim.episodes import play, run_episodes
     from npformer.train.checkpoint import load_run
@@ -132,12 +180,14 @@ def ties(run: str, n: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties", "grasp"):
         sys.exit(__doc__)
     if sys.argv[1] == "tokenizer":
         tokenizer()
     elif sys.argv[1] == "tokens":
         tokens(sys.argv[2:])
+    elif sys.argv[1] == "grasp":
+        grasp(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
     elif sys.argv[1] == "ties":
         ties(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 100)
     else:

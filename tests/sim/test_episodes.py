@@ -113,3 +113,20 @@ def test_instructions_and_bad_arguments():
     with pytest.raises(ValueError, match="act must return"):
         run_episodes(lambda i, t: (np.zeros((1, 2)), np.zeros(1, int)), 2, seed=0)
     assert GRIPPER_CLOSE == 1
+
+
+def test_watch_sees_each_state_and_the_action_chosen_in_it():
+    n, seed = 6, 2
+    seeds = [episode_seed(seed, EVAL_STREAM, i) for i in range(n)]
+    runs = [_expert_run(s, "test") for s in seeds]
+    seen: dict = {}
+
+    def watch(i, info, move, command):
+        seen.setdefault(i, []).append((info["step"], command, expert_action(info)["gripper"]))
+        assert np.array_equal(move, runs[i][info["step"]]["move"])
+
+    play(Replay(runs), seeds, [{"split": "test", "perturb": False}] * n, watch=watch)
+    assert sorted(seen) == list(range(n))
+    for i, steps in seen.items():                     # every step once, in order, the expert's own command
+        assert [s for s, _, _ in steps] == list(range(len(runs[i])))
+        assert all(c == want for _, c, want in steps)

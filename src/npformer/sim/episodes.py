@@ -78,8 +78,10 @@ def summarize(results: list[EpisodeResult]) -> dict:
             "mean_steps": float(np.mean([r.steps for r in results]))}
 
 
-def play(act, seeds: list[int], options: list[dict]) -> tuple[list[EpisodeResult], dict]:
-    """Episodes reset with ``seeds[i]`` and ``options[i]``, played batched by ``act``; (results, summary)."""
+def play(act, seeds: list[int], options: list[dict], watch=None) -> tuple[list[EpisodeResult], dict]:
+    """Episodes reset with ``seeds[i]`` and ``options[i]``, played batched by ``act``; (results, summary).
+    ``watch(i, info, move, command)``, when given, sees episode i's state and the action chosen in it
+    before each step (``benchmarks/gripper_why.py grasp`` measures the policy's grasps with it)."""
     if len(seeds) != len(options) or not seeds:
         raise ValueError(f"need one options dict per seed and at least one seed, got {len(seeds)} seeds and "
                          f"{len(options)} options")
@@ -96,6 +98,9 @@ def play(act, seeds: list[int], options: list[dict]) -> tuple[list[EpisodeResult
                              f"{moves.shape} and {gripper.shape}")
         still = []
         for j, i in enumerate(live):
+            world = envs[i].world
+            if watch is not None and world is not None:
+                watch(i, world.info(), moves[j], int(gripper[j]))
             obs[i], _, terminated, truncated, _ = envs[i].step({"move": moves[j], "gripper": int(gripper[j])})
             if not (terminated or truncated):
                 still.append(i)
