@@ -1,11 +1,12 @@
 """DAgger (Ross, Gordon and Bagnell, 2011) for the gripper task: ``--set dagger=ROUNDS``.
 
-Round 1 trains on the expert's demonstrations (``demos // ROUNDS`` episodes, recorded with the task's
-noise settings). At the end of each round the policy drives fresh training-split episodes, greedy, and
-the scripted expert labels every state it visits (``sim.expert_action``); the policy then keeps training
-on the aggregate, as DAgger's last step (beta = 0 after round 1). Each later round collects as many
-labelled states as round 1 recorded, so the labels split evenly over the rounds and a run with ROUNDS
-rounds sees about as many (state, action) pairs as plain cloning of ``demos`` episodes.
+Round 1 trains on the expert's demonstrations (``demos // ROUNDS`` episodes, or ``labels // ROUNDS``
+recorded steps when ``labels`` is set, recorded with the task's noise settings). At the end of each
+round the policy drives fresh training-split episodes, greedy, and the scripted expert labels every
+state it visits (``sim.expert_action``); the policy then keeps training on the aggregate, as DAgger's
+last step (beta = 0 after round 1). Each later round collects as many labelled states as round 1
+recorded, so the labels split evenly over the rounds and a run with ROUNDS rounds sees about as many
+(state, action) pairs as plain cloning of ``demos`` episodes.
 
 A round is ``round_steps`` optimizer steps (0: the recipe's steps / ROUNDS). The round count lives in
 the task and restarts with the process: a resumed DAgger run does not repeat the rounds it already
