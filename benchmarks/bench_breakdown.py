@@ -2,7 +2,7 @@
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_breakdown.py
     (options: --workloads base,minilm --pairs 5 --minilm-batch 2 --threads N --kernels both
-     --figure docs/figures/breakdown.png; a smoke test: --pairs 1)
+     --figure docs/figures/breakdown.png --by-op ROUNDS; a smoke test: --pairs 1)
 
 Workloads:
 - base: bench_transformer.py's model (the paper's base encoder-decoder, d_model 512, 6 + 6 layers,
@@ -45,6 +45,10 @@ Kernel sets (--kernels, ops/kernels.py): ``both`` (the default where numba impor
 twice, on the NumPy references (``numpy``) and with the compiled twins (``auto``), one table and one bar
 each, side by side; ``numpy`` or ``auto`` times one. Each table names the twins that ran. MiniLM's
 encoding runs the packed inference kernels, which have no twin, so it is timed once, under the last set.
+
+``--by-op ROUNDS`` then times the base step once more per kernel set and round (the sets taking turns,
+after one warm-up round) with every op function as its own part, and prints the medians of those above
+1 ms: which op a twin changed, and which have none.
 
 Parity (exit status 1 on a miss): the wrappers change no number. The base model's eval-mode loss
 and every gradient, and MiniLM's embeddings, with and without them, within 1e-6 relative.
@@ -151,7 +155,15 @@ def part_of(module: str, name: str) -> str | None:
     return "elementwise"
 
 
-def install() -> list:
+def op_of(module: str, name: str) -> str | None:
+    """``--by-op``: the op-level label, "part: module.function", for the parts below the products."""
+    part = part_of(module, name)
+    if part in ("elementwise", "loss", "attention"):
+        return f"{part}: {module.replace('npformer.ops.', '')}.{name}"
+    return part
+
+
+def install(label=None) -> list:
     """Swap every reference the library holds to an op function (and numpy.matmul, Adam.step, the
     tokenizer's encode) for a timing wrapper. Returns the undo list for ``uninstall``."""
     import npformer.ops
@@ -164,7 +176,7 @@ def install() -> list:
     for name, mod in list(sys.modules.items()):
         if name.startswith("npformer.ops") and name not in SKIP_OPS:
             for attr, obj in vars(mod).items():
-                part = part_of(name, attr) if inspect.isfunction(obj) and obj.__module__ == name else None
+                part = (label or part_of)(name, attr) if inspect.isfunction(obj) and obj.__module__ == name else None
                 if part is not None:
                     wrap[id(obj)] = (obj, timed(obj, part))
     undo: list = []
@@ -341,6 +353,37 @@ def minilm_workload(pairs: int, batch_size: int, which: int) -> dict:
             uninstall(undo)
 
 
+def by_op(sets: list, rounds: int) -> None:
+    """``--by-op``: the base training step's self time per op function, each kernel set in turn for
+    ``rounds`` rounds after one warm-up, medians; the ops above 1 ms in either set."""
+    from npformer.ops import kernels
+    from npformer.train import Adam
+
+    model, cfg, src, tgt_in, tgt_out, V, PAD = base_model_and_batch()
+    model.train()
+    opt = Adam(model.state_dict(), lr=1e-4)
+    rng = np.random.default_rng(1)
+    times: dict = {ks: [] for ks in sets}
+    undo = install(op_of)
+    try:
+        for _ in range(rounds + 1):
+            for ks in sets:
+                with kernels.use_kernels(ks):
+                    REC.start()
+                    _, grads = model.loss(src, tgt_in, tgt_out, rng=rng)
+                    opt.step(grads)
+                    times[ks].append(REC.stop())
+    finally:
+        uninstall(undo)
+    keys = sorted(set().union(*(set(r) for runs in times.values() for r in runs)))
+    med = {ks: {k: statistics.median(r.get(k, 0.0) for r in times[ks][1:]) * 1e3 for k in keys} for ks in sets}
+    print(f"\nbase training step by op, self time, median of {rounds} round(s) per kernel set (ms):")
+    print("| op | " + " | ".join(f"kernels {ks}" for ks in sets) + " |\n|---|" + "---|" * len(sets))
+    for k in keys:
+        if max(med[ks][k] for ks in sets) > 1.0:
+            print(f"| {k} | " + " | ".join(f"{med[ks][k]:.1f}" for ks in sets) + " |")
+
+
 def draw(results: list, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -385,6 +428,8 @@ def main() -> None:
     ap.add_argument("--kernels", choices=("both", "numpy", "auto"), default=None,
                     help="the base step on the NumPy references, with the compiled twins, or both side by side "
                          "(default: both where numba imports, else numpy)")
+    ap.add_argument("--by-op", type=int, default=0, metavar="ROUNDS",
+                    help="then the base step's time per op function, ROUNDS rounds per kernel set (default 0: not)")
     ap.add_argument("--figure", metavar="PATH", help="write the stacked bars here (a .png or .svg)")
     add_threads_arg(ap)
     args = ap.parse_args()
@@ -417,6 +462,8 @@ def main() -> None:
         report(results[-1], 1)
     if args.figure:
         draw(results, args.figure)
+    if args.by_op:
+        by_op(sets, args.by_op)
 
 
 if __name__ == "__main__":
