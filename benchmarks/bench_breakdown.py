@@ -295,9 +295,22 @@ def close(label: str, a: np.ndarray, b: np.ndarray) -> None:
 
 # -- workloads --------------------------------------------------------------------------------
 
-def base_workload(pairs: int) -> dict:
+def training_step(model, src, tgt_in, tgt_out):
+    """The base workload's step, a closure: the model in training mode, loss with dropout, Adam on every
+    parameter (lr 1e-4, its own rng)."""
     from npformer.train import Adam
 
+    model.train()
+    opt = Adam(model.state_dict(), lr=1e-4)
+    rng = np.random.default_rng(1)
+
+    def step() -> None:
+        _, grads = model.loss(src, tgt_in, tgt_out, rng=rng)
+        opt.step(grads)
+    return step
+
+
+def base_workload(pairs: int) -> dict:
     model, cfg, src, tgt_in, tgt_out, V, PAD = base_model_and_batch()
     B, S, T = *src.shape, tgt_in.shape[1]
     model.eval()
@@ -313,15 +326,8 @@ def base_workload(pairs: int) -> dict:
         worst = max(rel, key=rel.__getitem__)
         close(f"base, gradients with the wrappers vs without, worst ({worst}), relative", g1[worst], g0[worst])
         del g0, g1
-        model.train()
-        opt = Adam(model.state_dict(), lr=1e-4)
-        step_rng = np.random.default_rng(1)
-
-        def step():
-            _, grads = model.loss(src, tgt_in, tgt_out, rng=step_rng)
-            opt.step(grads)
         return measure(f"base Transformer training step (forward, loss, backward, Adam), batch {B} x {S}/{T}, "
-                       f"{model.num_parameters():,} parameters", step, pairs)
+                       f"{model.num_parameters():,} parameters", training_step(model, src, tgt_in, tgt_out), pairs)
     finally:
         uninstall(undo)
 
@@ -357,12 +363,9 @@ def by_op(sets: list, rounds: int) -> None:
     """``--by-op``: the base training step's self time per op function, each kernel set in turn for
     ``rounds`` rounds after one warm-up, medians; the ops above 1 ms in either set."""
     from npformer.ops import kernels
-    from npformer.train import Adam
 
     model, cfg, src, tgt_in, tgt_out, V, PAD = base_model_and_batch()
-    model.train()
-    opt = Adam(model.state_dict(), lr=1e-4)
-    rng = np.random.default_rng(1)
+    step = training_step(model, src, tgt_in, tgt_out)
     times: dict = {ks: [] for ks in sets}
     undo = install(op_of)
     try:
@@ -370,8 +373,7 @@ def by_op(sets: list, rounds: int) -> None:
             for ks in sets:
                 with kernels.use_kernels(ks):
                     REC.start()
-                    _, grads = model.loss(src, tgt_in, tgt_out, rng=rng)
-                    opt.step(grads)
+                    step()
                     times[ks].append(REC.stop())
     finally:
         uninstall(undo)

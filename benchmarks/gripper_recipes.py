@@ -43,26 +43,18 @@ GRID = 6                                # the policy's 6 x 6 patches
 
 
 def goal_cells(n_episodes: int, seed: int, noise: float, flip: float, perturb: float) -> np.ndarray:
-    """(M,) the patch each recorded step's expert heads for, for ``record_demos``' steps with the same
-    arguments (the same episodes, noise and order, replayed)."""
-    from npformer.sim import demos as D
+    """(M,) the patch each recorded step's expert heads for (the named block until it is held, then the
+    named container), for ``record_demos``' steps with the same arguments."""
+    from npformer.sim.demos import record_demos
 
-    cells = []
-    for i in range(n_episodes):
-        rng = np.random.default_rng(D.episode_seed(seed, D.DEMO_STREAM, i))
-        world = D.new_episode(rng, split="train", perturb=bool(rng.random() < perturb))
-        noise_rng = np.random.default_rng([int(seed), D._NOISE_STREAM, i])
-        while not world.over:
-            info = world.info()
-            clean = D.expert_action(info)
-            colour, container = info["target"]
-            gx, gy = info["containers"][container] if info["held"] == colour else info["blocks"][colour]
-            cells.append(min(int(gy * GRID), GRID - 1) * GRID + min(int(gx * GRID), GRID - 1))
-            move = np.clip(clean["move"] + noise * noise_rng.standard_normal(2), -1.0, 1.0).astype(np.float32)
-            command = clean["gripper"]
-            if noise_rng.random() < flip and command != D.GRIPPER_DONE:
-                command = D.GRIPPER_CLOSE if command == D.GRIPPER_OPEN else D.GRIPPER_OPEN
-            world.step(move, command)
+    cells: list[int] = []
+
+    def watch(info: dict) -> None:
+        colour, container = info["target"]
+        gx, gy = info["containers"][container] if info["held"] == colour else info["blocks"][colour]
+        cells.append(min(int(gy * GRID), GRID - 1) * GRID + min(int(gx * GRID), GRID - 1))
+
+    record_demos(n_episodes, seed, noise=noise, flip=flip, split="train", perturb=perturb, watch=watch)
     return np.asarray(cells)
 
 
@@ -82,7 +74,6 @@ def main() -> None:
 
     from npformer.data.gripper import GripperTask, trim_padding
     from npformer.interop.torch import to_torch
-    from npformer.interop.torch_models import _word_tokens
     from npformer.sim.demos import record_demos
     from npformer.sim.episodes import run_episodes
 
@@ -99,18 +90,10 @@ def main() -> None:
         assert len(goals) == len(task.demos())
 
     def forward(words, images, actions_in):
-        """(action logits (B, A, V_a), goal logits (B, N) or None), as TorchActionLM.forward plus the pointer."""
-        words = torch.as_tensor(trim_padding(words))
-        b, n_words = words.shape[:2]
-        xw, real = _word_tokens(tm, words)
-        tw = tm.type_embed.weight
-        prefix = torch.cat([xw + tw[0], tm.patch_embed(torch.as_tensor(images)) + tw[1]], dim=1)
-        x = torch.cat([prefix, tm.action_embed(torch.as_tensor(actions_in)) + tw[2]], dim=1)
-        p, t = prefix.shape[1], x.shape[1]
-        k = torch.arange(t)
-        pad = torch.zeros(b, t, dtype=torch.bool)
-        pad[:, :n_words] = ~real
-        h = tm.encoder(x, mask=~((k[None, :] < p) | (k[None, :] <= k[:, None])), src_key_padding_mask=pad)
+        """(action logits (B, A, V_a), goal logits (B, N) or None): TorchActionLM's pass plus the pointer."""
+        words, actions_in = torch.as_tensor(trim_padding(words)), torch.as_tensor(actions_in)
+        h = tm.hidden(words, torch.as_tensor(images), actions_in)                   # (B, T, E)
+        p, n_words = h.shape[1] - actions_in.shape[1], words.shape[1]               # the prefix, the words
         if not v["goal"]:
             return tm.action_head(h[:, p:]), None
         scores = tm.goal_query(h[:, p])[:, None] @ tm.goal_key(h[:, n_words:p]).transpose(1, 2)   # (B, 1, N)

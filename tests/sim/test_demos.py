@@ -76,3 +76,11 @@ def test_the_gripper_task_records_labels_and_refuses_them_with_chunks():
         GripperTask.create({"labels": 40, "chunk": 4})
     with pytest.raises(ValueError, match="at least dagger"):
         GripperTask.create({"labels": 2, "dagger": 3})
+
+
+def test_watch_sees_the_state_of_each_recorded_step():
+    seen = []
+    d = record_demos(3, 4, max_steps=30, watch=seen.append)
+    assert len(seen) == len(d) == 30
+    assert [i["step"] for i in seen] == d.step.tolist()
+    assert all(i["instruction"] == t for i, t in zip(seen, d.texts(np.arange(len(d))), strict=True))

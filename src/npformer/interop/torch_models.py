@@ -275,7 +275,8 @@ class TorchActionLM(nn.Module):
         self.encoder = encoder
         self.action_head = nn.Linear(c.d_model, c.action_vocab, dtype=dtype)
 
-    def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
+    def hidden(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
+        """The encoder's output over the whole sequence, (B, T, E): words, then patches, then action tokens."""
         b, n_words = words.shape[:2]
         xw, real = _word_tokens(self, words)                                 # (B, L, E), (B, L)
         tw = self.type_embed.weight                                          # (3, E)
@@ -286,8 +287,11 @@ class TorchActionLM(nn.Module):
         blocked = ~((k[None, :] < p) | (k[None, :] <= k[:, None]))          # (T, T), True = may not attend
         pad = torch.zeros(b, t, dtype=torch.bool, device=x.device)           # (B, T)
         pad[:, :n_words] = ~real
-        h = self.encoder(x, mask=blocked, src_key_padding_mask=pad)          # (B, T, E)
-        return self.action_head(h[:, p:])                                    # (B, A, V_a)
+        return self.encoder(x, mask=blocked, src_key_padding_mask=pad)       # (B, T, E)
+
+    def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
+        h = self.hidden(words, images, actions_in)                           # (B, T, E)
+        return self.action_head(h[:, h.shape[1] - actions_in.shape[1]:])     # (B, A, V_a)
 
 
 def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:

@@ -45,11 +45,13 @@ class Demos:
 
 
 def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0.05, split: str = "train",
-                 perturb: float = 0.5, max_steps: int | None = None) -> Demos:
+                 perturb: float = 0.5, max_steps: int | None = None, watch=None) -> Demos:
     """``n_episodes`` expert episodes with DART noise. ``perturb``: the fraction of episodes run with the
     perturbations on (each episode's draw comes from its seed). ``max_steps``: stop at exactly this many
     recorded steps (the last episode is cut there; ``n_episodes`` is then the most episodes it may take,
-    and too few is a ValueError), so that recordings of different kinds hold the same number of labels."""
+    and too few is a ValueError), so that recordings of different kinds hold the same number of labels.
+    ``watch(info)``, when given, sees the world's state (``World.info``) at each recorded step, in order
+    (``benchmarks/gripper_recipes.py`` reads where the expert heads from it)."""
     if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) or n_episodes < 1:
         raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
@@ -71,7 +73,10 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
         world = new_episode(rng, split=split, perturb=on)
         noise_rng = np.random.default_rng([int(seed), _NOISE_STREAM, i])
         while not world.over and (max_steps is None or len(moves) < max_steps):
-            clean = expert_action(world.info())
+            info = world.info()
+            if watch is not None:
+                watch(info)
+            clean = expert_action(info)
             images.append(render(world))
             moves.append(clean["move"])
             gripper.append(clean["gripper"])
