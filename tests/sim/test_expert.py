@@ -3,7 +3,8 @@ sensibly in states off its own path."""
 import numpy as np
 
 from npformer.sim import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, expert_action, new_episode
-from npformer.sim.world import CONTAINER_NAMES, World
+from npformer.sim.expert import CLOSE_WITHIN, OPEN_WITHIN
+from npformer.sim.world import CONTAINER_INSIDE, CONTAINER_NAMES, PICK_RADIUS, World
 
 
 def _finish(w: World, target=None) -> World:
@@ -84,14 +85,51 @@ def test_off_path_states_recover():
         assert expert_action(w.info())["gripper"] == GRIPPER_DONE
 
 
-def test_the_expert_moves_straight_and_lands_on_its_goal():
+def test_the_expert_moves_axis_by_axis_and_closes_only_once_on_the_block():
     w = new_episode(np.random.default_rng(0))
     bx, by = w.blocks[w.target[0]]
-    w.gripper = (bx - 0.05, by + 0.03)
+    w.gripper = (bx - 0.05, by + 0.03)                      # a step away: it lands, still open
     a = expert_action(w.info())
-    assert a["gripper"] == GRIPPER_CLOSE and a["move"].dtype == np.float32
+    assert a["gripper"] == GRIPPER_OPEN and a["move"].dtype == np.float32
     np.testing.assert_allclose(a["move"], [0.05 / 0.08, -0.03 / 0.08], rtol=1e-6)
-    w.gripper = (bx - 0.4, by + 0.2)
+    w.gripper = (bx - 0.4, by + 0.02)                       # far on x: a full step there, the rest on y
     a = expert_action(w.info())
     assert a["gripper"] == GRIPPER_OPEN
-    np.testing.assert_allclose(a["move"], [1.0, -0.5], rtol=1e-6)
+    np.testing.assert_allclose(a["move"], [1.0, -0.25], rtol=1e-6)
+    w.gripper = (bx + 0.4, by - 0.2)                        # far on both: a full step on each
+    np.testing.assert_allclose(expert_action(w.info())["move"], [-1.0, 1.0])
+    for off, command in ((CLOSE_WITHIN * 0.99, GRIPPER_CLOSE), (CLOSE_WITHIN * 1.01, GRIPPER_OPEN)):
+        w.gripper = (bx + off * 0.6, by + off * 0.8)        # the distance, not one axis, decides
+        a = expert_action(w.info())
+        assert a["gripper"] == command, off
+        np.testing.assert_allclose(a["move"], [-off * 0.6 / 0.08, -off * 0.8 / 0.08], rtol=1e-5)
+    assert CLOSE_WITHIN == PICK_RADIUS / 2                  # half the world's tolerance: a margin for the policy
+
+
+def test_the_expert_opens_once_the_held_block_is_near_the_containers_centre():
+    w = new_episode(np.random.default_rng(0))
+    colour, container = w.target
+    cx, cy = w.containers[container]
+    w.held, w.closed, w.grasped = colour, True, [colour]
+    for off, command in ((OPEN_WITHIN * 0.99, GRIPPER_OPEN), (OPEN_WITHIN * 1.01, GRIPPER_CLOSE)):
+        w.gripper = (cx + off, cy)
+        w.blocks[colour] = w.gripper
+        assert expert_action(w.info())["gripper"] == command, off
+    assert OPEN_WITHIN == CONTAINER_INSIDE / 2
+
+
+def test_heading_for_is_the_named_block_until_it_is_held_then_the_container():
+    from npformer.sim.expert import heading_for
+
+    w = new_episode(np.random.default_rng(3))
+    colour, container = w.target
+    assert heading_for(w.info()) == w.blocks[colour]
+    other = next((c for c in w.blocks if c != colour), None)
+    if other is not None:                                       # a wrong block held: still the named one
+        w.held, w.closed = other, True
+        assert heading_for(w.info()) == w.blocks[colour]
+    w.held, w.closed, w.grasped = colour, True, [colour]
+    assert heading_for(w.info()) == w.containers[container]
+    w.held, w.closed = None, False
+    w.blocks[colour] = w.containers[container]                 # already in: the container
+    assert heading_for(w.info()) == w.containers[container]
