@@ -132,16 +132,20 @@ def _batch(kind, rng):
         images = rng.random((4, 8, 8, 3))                                    # (B, H, W, C)
         return VLA(cfg, rng=1, dtype=np.float64), (words, images, rng.integers(0, cfg.n_cells, size=(4, 2)))
     if kind.startswith("action_lm"):
-        text_dim = int(kind.split("-")[1])
+        text_dim, goal = (0, True) if kind.endswith("goal") else (int(kind.split("-")[1]), False)
         cfg = ActionLMConfig(vocab_size=19, max_words=7, image_size=8, patch_size=4, action_vocab=6, action_len=3,
-                             d_model=16, n_heads=2, d_ff=24, n_layers=2, text_dim=text_dim, norm_first=not text_dim)
+                             d_model=16, n_heads=2, d_ff=24, n_layers=2, text_dim=text_dim, norm_first=not text_dim,
+                             goal_head=goal)
         words = ids[:, :5]                                                   # (B, L), 0 is <pad>
         if cfg.text_dim:
             words = rng.standard_normal((4, 5, cfg.text_dim)) * (words != 0)[..., None]
         targets = rng.integers(0, 6, size=(4, 3))                            # (B, A)
         actions_in = np.concatenate([np.full((4, 1), cfg.bos_id), targets[:, :-1]], axis=1)   # BOS first
         targets[2, 2] = -100                                                 # not scored
-        return ActionLM(cfg, rng=1, dtype=np.float64), (words, rng.random((4, 8, 8, 3)), actions_in, targets)
+        arrays = (words, rng.random((4, 8, 8, 3)), actions_in, targets)
+        if goal:                                                             # the goal head: a patch each, one ignored
+            arrays += (np.array([0, 3, -100, 1]),)
+        return ActionLM(cfg, rng=1, dtype=np.float64), arrays
     head = kind.split("-")[1]
     cfg = models.EncoderClassifierConfig(vocab_size=19, n_classes=5, head=head, **small)
     labels = rng.integers(0, 5, size=ids.shape if head == "tagging" else ids.shape[:1])
@@ -149,7 +153,14 @@ def _batch(kind, rng):
 
 
 KINDS = ["transformer", "decoder_lm", "classifier-classification", "classifier-tagging", "vit-cls-learned",
-         "vit-mean-sinusoidal", "vla-pointer-0", "vla-linear-0", "vla-pointer-6", "action_lm-0", "action_lm-6"]
+         "vit-mean-sinusoidal", "vla-pointer-0", "vla-linear-0", "vla-pointer-6", "action_lm-0", "action_lm-6",
+         "action_lm-goal"]
+
+
+def scored_parts(kind, twin, arrays) -> list:
+    """What the engine scores for ``kind``, as a list of (logits, targets, ignore index)."""
+    out = SCORED[kind.split("-")[0]](twin, twin.config, *map(torch.tensor, arrays))
+    return out if isinstance(out, list) else [out]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -159,8 +170,11 @@ def test_the_loss_is_npformers(kind):
     model, arrays = _batch(kind, np.random.default_rng(0))
     loss, grads = model.loss(*arrays, label_smoothing=0.1)
     twin = to_torch(model).train()
-    logits, targets, ignore = SCORED[kind.split("-")[0]](twin, twin.config, *map(torch.tensor, arrays))
-    t_loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=ignore, label_smoothing=0.1)
+    parts = scored_parts(kind, twin, arrays)
+    assert len(parts) == (2 if kind.endswith("goal") else 1)
+    t_sum = sum(torch.nn.functional.cross_entropy(lo, t, ignore_index=ig, label_smoothing=0.1, reduction="sum")
+                for lo, t, ig in parts)
+    t_loss = t_sum / sum(int((t != ig).sum()) for _, t, ig in parts)      # one mean over every scored target
     t_loss.backward()
     assert abs(t_loss.item() - loss) < 1e-12
     t_grads = {_key_from_torch(k): p.grad.numpy() for k, p in twin.named_parameters()}
@@ -179,11 +193,11 @@ def test_the_key_bias_changes_no_output(kind):
     they were (float64, with padding masks), and their own gradient is zero up to rounding."""
     model, arrays = _batch(kind, np.random.default_rng(0))
     twin = to_torch(model)
-    logits, _, _ = SCORED[kind.split("-")[0]](twin, twin.config, *map(torch.tensor, arrays))
+    logits = scored_parts(kind, twin, arrays)[0][0]
     loss, grads = model.loss(*arrays, label_smoothing=0.1)
     assert perturb_key_biases(model, np.random.default_rng(1)) >= 2
     twin2 = to_torch(model)
-    logits2, _, _ = SCORED[kind.split("-")[0]](twin2, twin2.config, *map(torch.tensor, arrays))
+    logits2 = scored_parts(kind, twin2, arrays)[0][0]
     loss2, grads2 = model.loss(*arrays, label_smoothing=0.1)
     assert (logits2 - logits).abs().max().item() <= 1e-9 * logits.abs().max().item()
     assert abs(loss2 - loss) <= 1e-12 * abs(loss)

@@ -103,6 +103,58 @@ def test_the_loss_is_torchs_cross_entropy_and_skips_ignored_targets():
         assert rel_err(g, t_params[_key_to_torch(k)].grad.numpy()) < RTOL, k
 
 
+@pytest.mark.parametrize("i", range(2))
+def test_the_goal_head_loss_and_every_gradient_against_the_torch_twin(i):
+    """With goal_head, each goal is one more scored target: the loss is torch's cross-entropy summed over
+    the action tokens and the goals, divided by how many are scored; every gradient matches by key."""
+    cfg, model = small(seed=5 + i, goal_head=True, **CONFIGS[i])
+    words, images, actions_in, targets = batch(cfg, np.random.default_rng(5 + i))
+    goals = np.array([3, -100, 0]) if i else np.array([1, 2, 3])           # a goal not scored, in the second
+    targets[2, 1] = -100
+    loss, grads = model.loss(words, images, actions_in, targets, goals=goals, label_smoothing=0.05 * i)
+    twin = npformer.to_torch(model)
+    assert set(twin.state_dict()) == {_key_to_torch(k) for k in model.state_dict()}
+    assert {"goal_query.weight", "goal_query.bias", "goal_key.weight"} <= set(grads)
+    logits_t, goal_t = twin(torch.tensor(words), torch.tensor(images), torch.tensor(actions_in), goal=True)
+    assert goal_t.shape == (3, cfg.n_patches)
+    ce = torch.nn.functional.cross_entropy
+    total = (ce(logits_t.reshape(-1, V_A), torch.tensor(targets).reshape(-1), reduction="sum",
+                label_smoothing=0.05 * i)
+             + ce(goal_t, torch.tensor(goals), reduction="sum", label_smoothing=0.05 * i))
+    loss_t = total / (int((targets != -100).sum()) + int((goals != -100).sum()))
+    loss_t.backward()
+    assert abs(loss - loss_t.item()) < 1e-12
+    t_params = dict(twin.named_parameters())
+    assert set(grads) == set(model.state_dict())
+    for k, g in grads.items():
+        assert rel_err(g, t_params[_key_to_torch(k)].grad.numpy()) < RTOL, k
+    # acting never reads the head: the same action logits as the model without one, weights shared
+    plain = ActionLM(ActionLMConfig(**{**cfg.__dict__, "goal_head": False}), dtype=np.float64).eval()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("goal_")})
+    np.testing.assert_array_equal(plain.forward(words, images, actions_in)[0],
+                                  model.forward(words, images, actions_in)[0])
+    back = npformer.from_torch(twin)
+    assert back.config == cfg and all(np.array_equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_goals_are_checked_against_the_head():
+    cfg, model = small(seed=7, goal_head=True)
+    words, images, actions_in, targets = batch(cfg, np.random.default_rng(7))
+    with pytest.raises(ValueError, match="goals must be given exactly when the model has a goal head"):
+        model.loss(words, images, actions_in, targets)
+    with pytest.raises(ValueError, match="goals"):
+        model.loss(words, images, actions_in, targets, goals=np.array([0, 1, cfg.n_patches]))
+    with pytest.raises(ValueError, match="goals must be one patch index per example"):
+        model.loss(words, images, actions_in, targets, goals=np.array([0, 1]))
+    with pytest.raises(ValueError, match="nothing to score"):
+        model.loss(words, images, actions_in, np.full_like(targets, -100), goals=np.full(3, -100))
+    _, plain = small(seed=7)
+    with pytest.raises(ValueError, match="goal_head=False"):
+        plain.loss(words, images, actions_in, targets, goals=np.array([0, 1, 2]))
+    with pytest.raises(TypeError, match="goal_head"):
+        ActionLMConfig(vocab_size=9, goal_head=1)
+
+
 def test_float32_twin_and_torch_fast_path():
     cfg, model = small(np.float32, seed=4)
     words, images, actions_in, _ = batch(cfg, np.random.default_rng(4), np.float32)
@@ -177,6 +229,8 @@ def test_config_checks_and_parameter_count():
     by_hand = (30 * e + 16 * e + (e * 3 * 64 + e + 36 * e) + ((a + 1) * e + 3 * e) + 3 * e + 3 * layer + 2 * e
                + (e * a + a))
     assert model_config.param_count(cfg) == by_hand == ActionLM(cfg).num_parameters()
+    goal = ActionLMConfig(vocab_size=30, goal_head=True)           # query (E x E + E) and key (E x E)
+    assert model_config.param_count(goal) == by_hand + 2 * e * e + e == ActionLM(goal).num_parameters()
 
 
 def test_inputs_are_checked():

@@ -77,13 +77,18 @@ def _policy(run, c, words, images, actions):
     return logits.reshape(-1, logits.shape[-1]), actions.flatten(), IGNORE_LABEL   # (B*2, N), (B*2,)
 
 
-def _action_tokens(run, c, words, images, actions_in, targets):
-    logits = run(words, images, actions_in)                                   # (B, A, V_a): each slot's token
-    return logits.reshape(-1, logits.shape[-1]), targets.flatten(), IGNORE_LABEL   # (B*A, V_a), (B*A,)
+def _action_tokens(run, c, words, images, actions_in, targets, goals=None):
+    if goals is None:
+        logits = run(words, images, actions_in)                               # (B, A, V_a): each slot's token
+        return logits.reshape(-1, logits.shape[-1]), targets.flatten(), IGNORE_LABEL   # (B*A, V_a), (B*A,)
+    logits, goal_logits = run(words, images, actions_in, goal=True)           # and the goal head's (B, N)
+    return [(logits.reshape(-1, logits.shape[-1]), targets.flatten(), IGNORE_LABEL),
+            (goal_logits, goals, IGNORE_LABEL)]                               # each goal one more target
 
 
 # the model kinds to_torch converts
-# model kind -> (model, its config, *batch) -> (logits, targets, ignore index)
+# model kind -> (model, its config, *batch) -> (logits, targets, ignore index), or a list of them whose
+# scored targets share one mean (the gripper policy's goal head beside its action tokens)
 SCORED: dict[str, Callable[..., tuple]] = {"transformer": _seq2seq, "decoder_lm": _language_model,
                                            "classifier": _classifier, "vit": _image_classifier, "vla": _policy,
                                            "action_lm": _action_tokens}
@@ -200,10 +205,13 @@ class TorchTrainer(Trainer):
         size = len(batch.arrays[0])
         lo, hi = self.rank * size // self.world, (self.rank + 1) * size // self.world
         shard = [torch.from_numpy(np.ascontiguousarray(a[lo:hi])).to(self.device) for a in batch.arrays]
-        logits, targets, ignore = SCORED[self.config["model_kind"]](self.ddp, self.twin.config, *shard)
-        loss_sum = torch.nn.functional.cross_entropy(logits, targets, ignore_index=ignore, reduction="sum",
-                                                     label_smoothing=cfg.label_smoothing)
-        totals = torch.stack([loss_sum.detach().double(), (targets != ignore).sum().double()])  # (2,)
+        scored = SCORED[self.config["model_kind"]](self.ddp, self.twin.config, *shard)
+        parts = scored if isinstance(scored, list) else [scored]
+        loss_sum = sum(torch.nn.functional.cross_entropy(logits, targets, ignore_index=ignore, reduction="sum",
+                                                         label_smoothing=cfg.label_smoothing)
+                       for logits, targets, ignore in parts)
+        count = sum((targets != ignore).sum() for _, targets, ignore in parts)
+        totals = torch.stack([loss_sum.detach().double(), count.double()])  # (2,)
         if self.world > 1:
             torch.distributed.all_reduce(totals)
         total, n = totals.tolist()

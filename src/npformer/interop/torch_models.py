@@ -274,6 +274,9 @@ class TorchActionLM(nn.Module):
         self.type_embed = nn.Embedding(3, c.d_model, dtype=dtype)           # rows: word, patch, action
         self.encoder = encoder
         self.action_head = nn.Linear(c.d_model, c.action_vocab, dtype=dtype)
+        if c.goal_head:
+            self.goal_query = nn.Linear(c.d_model, c.d_model, dtype=dtype)
+            self.goal_key = nn.Linear(c.d_model, c.d_model, bias=False, dtype=dtype)
 
     def hidden(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
         """The encoder's output over the whole sequence, (B, T, E): words, then patches, then action tokens."""
@@ -289,9 +292,16 @@ class TorchActionLM(nn.Module):
         pad[:, :n_words] = ~real
         return self.encoder(x, mask=blocked, src_key_padding_mask=pad)       # (B, T, E)
 
-    def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor) -> torch.Tensor:
+    def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor, goal: bool = False):
+        """The action logits (B, A, V_a), or with ``goal`` (those, the goal head's logits (B, N))."""
         h = self.hidden(words, images, actions_in)                           # (B, T, E)
-        return self.action_head(h[:, h.shape[1] - actions_in.shape[1]:])     # (B, A, V_a)
+        p = h.shape[1] - actions_in.shape[1]                                 # the prefix: words, patches
+        logits = self.action_head(h[:, p:])                                  # (B, A, V_a)
+        if not goal:
+            return logits
+        query = self.goal_query(h[:, p])                                     # (B, E)
+        keys = self.goal_key(h[:, words.shape[1]:p])                         # (B, N, E)
+        return logits, (keys @ query[:, :, None])[:, :, 0] * self.config.d_model ** -0.5   # (B, N)
 
 
 def model_to_torch(model, stack_to_torch, torch_dtype, load) -> nn.Module:

@@ -6,6 +6,7 @@
         + actions  E_a[a_j] * sqrt(E) + P_a[j] + type[action]        a_0 = BOS, a_j = the step's token j - 1
     h   = Encoder(seq, prefix-LM mask)
     logits[j] = W_o h[action j] + b_o            over the action_vocab tokens: token j of the step
+    goal      = (W_q h[action 0] + b_q) . (W_k h[patch n]) / sqrt(E)   over the N patches (goal_head only)
 
 The mask: the instruction and the patches (the prefix) read each other both ways, as the VLA's
 encoder does; action token j reads the whole prefix and action tokens 0..j, as a language model
@@ -13,6 +14,12 @@ reads its past. Key k is visible to query q when k is in the prefix or k <= q, a
 a padded word. The prefix never reads an action token, so at inference it is computed once per
 step and the action tokens decode over the KV cache (``npformer.decode.action_lm``), one at a time,
 as RT-2 emits text.
+
+The goal head (``goal_head``, off by default) is a pointer read out for training only: the first action
+slot's state scored against every patch's, as the tabletop policy's pointer, trained toward the patch
+the expert is heading for (``loss(..., goals=)``: a cross-entropy beside the action tokens', each goal
+one more scored target in the mean). It teaches the policy, early, to find the named block and the
+named container in the image; acting never reads it (``forward`` returns the action logits only).
 
 Inputs: ``actions_in`` (B, A) holds BOS (id ``action_vocab``) followed by the step's first A - 1
 tokens (teacher forcing), so the embedding table has action_vocab + 1 rows; the targets are the
@@ -26,7 +33,7 @@ S-wide states, projected by ``text_proj`` (no positions: the states carry the or
 Keys: ``word_embed.tok.weight`` and ``word_embed.pos.weight`` (learned positions) or, when text_dim > 0,
 ``text_proj.{weight,bias}``; ``patch_embed.{weight,bias,pos_embed}``; ``action_embed.tok.weight``
 (V_a + 1, E), ``action_embed.pos.weight`` (A_max, E); ``type_embed.weight`` (3, E); ``encoder.*``;
-``action_head.{weight,bias}``.
+``action_head.{weight,bias}``; with the goal head, ``goal_query.{weight,bias}`` and ``goal_key.weight``.
 Dimension legend: B batch, L words, S text-state width, N patches, P = L + N prefix tokens, A action
 tokens, T = P + A, E width, V_a action vocabulary.
 """
@@ -40,11 +47,20 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
-from .blocks import encoder_stack, init_model, sequence_loss, words_backward, words_forward
+from .blocks import (
+    encoder_stack,
+    init_model,
+    pointer_backward,
+    pointer_forward,
+    sequence_loss,
+    words_backward,
+    words_forward,
+)
 from .classifier import IGNORE_LABEL
 from .config import (
     MAX_PARAMETERS,
     BlockConfig,
+    check_bool,
     check_float,
     check_ids,
     check_images,
@@ -79,6 +95,7 @@ class ActionLMConfig(BlockConfig):
     eps: float = 1e-5              # LayerNorm epsilon
     text_dim: int = 0              # 0: words are ids into a learned table; S > 0: S-wide frozen text states
     text_dropout: float = 0.0      # text_dim > 0: dropout on the projected text features, on top of dropout
+    goal_head: bool = False        # a pointer from action slot 0 to the goal patch, trained beside the tokens
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "action_vocab",
@@ -86,6 +103,7 @@ class ActionLMConfig(BlockConfig):
             check_int(name, getattr(self, name))
         check_int("text_dim", self.text_dim, minimum=0)
         check_float("text_dropout", self.text_dropout, 0.0, 1.0)
+        check_bool("goal_head", self.goal_head)
         if self.text_dropout and not self.text_dim:
             raise ValueError(f"text_dropout ({self.text_dropout}) drops projected text states: it needs text_dim > 0")
         check_patch_grid(self.image_size, self.patch_size)
@@ -123,6 +141,8 @@ class ActionLM(Module):
     type_embed: Embedding
     encoder: Encoder
     action_head: Linear
+    goal_query: Linear                               # goal head only
+    goal_key: Linear                                 # goal head only
 
     WORD, PATCH, ACTION = 0, 1, 2  # rows of type_embed
 
@@ -144,6 +164,9 @@ class ActionLM(Module):
         self.add_module("type_embed", Embedding(3, c.d_model, rng=rng, dtype=dtype, std=0.02))
         self.add_module("encoder", encoder_stack(c, c.n_layers, rng, dtype))
         self.add_module("action_head", Linear(c.d_model, c.action_vocab, rng=rng, dtype=dtype))
+        if c.goal_head:
+            self.add_module("goal_query", Linear(c.d_model, c.d_model, rng=rng, dtype=dtype))
+            self.add_module("goal_key", Linear(c.d_model, c.d_model, bias=False, rng=rng, dtype=dtype))
 
     # -- public boundary ------------------------------------------------------------------------
     def layout(self, n_words: int, n_actions: int | None = None) -> dict:
@@ -198,18 +221,40 @@ class ActionLM(Module):
         return self._forward(words, images, actions_in, rng)
 
     def loss(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray, targets: np.ndarray,
-             label_smoothing: float = 0.0, rng: np.random.Generator | None = None
+             goals: np.ndarray | None = None, label_smoothing: float = 0.0, rng: np.random.Generator | None = None
              ) -> tuple[float, dict[str, np.ndarray]]:
-        """Mean cross-entropy over the action tokens (targets (B, A) in [0, V_a), or -100 not scored);
-        words, images and actions_in as ``forward``'s. Returns (loss, grads)."""
+        """Mean cross-entropy over the action tokens (targets (B, A) in [0, V_a), or -100 not scored) and,
+        with the goal head, the goals (B,) patch indices in [0, N) (or -100), each goal one more scored
+        target; words, images and actions_in as ``forward``'s. Returns (loss, grads)."""
         words, images = self.check_inputs(words, images, rng)
         actions_in = self.check_actions(actions_in, len(words))
         targets = check_ids(targets, "targets", self.config.action_vocab, allow=IGNORE)
         if targets.shape != actions_in.shape:
             raise ValueError(f"targets must have the shape of actions_in {actions_in.shape}, got {targets.shape}")
-        logits, cache = self._forward(words, images, actions_in, rng)        # (B, A, V_a)
-        loss, dlogits = sequence_loss(logits, targets, IGNORE, label_smoothing, "targets")
-        return loss, self.backward(dlogits, cache)[1]
+        if (goals is not None) != self.config.goal_head:
+            raise ValueError("goals must be given exactly when the model has a goal head "
+                             f"(goal_head={self.config.goal_head}), got {'none' if goals is None else 'goals'}")
+        if goals is None:
+            logits, cache = self._forward(words, images, actions_in, rng)    # (B, A, V_a)
+            loss, dlogits = sequence_loss(logits, targets, IGNORE, label_smoothing, "targets")
+            return loss, self.backward(dlogits, cache)[1]
+        goals = np.asarray(goals)
+        if goals.shape != (len(words),):
+            raise ValueError(f"goals must be one patch index per example, shape ({len(words)},), got {goals.shape}")
+        goals = check_ids(goals[:, None], "goals", self.config.n_patches, allow=IGNORE)[:, 0]
+        (logits, goal_logits), cache = self._forward(words, images, actions_in, rng, goal=True)
+        n_a, n_g = int((targets != IGNORE).sum()), int((goals != IGNORE).sum())
+        if n_a + n_g == 0:
+            raise ValueError("targets and goals hold only ignored positions (ignore index -100): nothing to score")
+        n = n_a + n_g                                             # the mean over every scored target
+        loss, dlogits, dgoal = 0.0, np.zeros_like(logits), np.zeros_like(goal_logits)
+        if n_a:
+            loss_a, d = sequence_loss(logits, targets, IGNORE, label_smoothing, "targets")
+            loss, dlogits = loss + n_a * loss_a / n, d * logits.dtype.type(n_a / n)
+        if n_g:
+            loss_g, d = sequence_loss(goal_logits, goals, IGNORE, label_smoothing, "goals")
+            loss, dgoal = loss + n_g * loss_g / n, d * goal_logits.dtype.type(n_g / n)
+        return loss, self.backward(dlogits, cache, dgoal)[1]
 
     # -- passes ---------------------------------------------------------------------------------
     def embed_prefix(self, words: np.ndarray, images: np.ndarray, rng: np.random.Generator | None = None
@@ -230,8 +275,29 @@ class ActionLM(Module):
         """The action head: h (..., E) of action positions -> (logits (..., V_a), cache)."""
         return self.action_head.forward(h)
 
+    def goal_forward(self, h: np.ndarray, n_words: int) -> tuple[np.ndarray, Any]:
+        """The goal head: the encoder's output h (B, T, E) -> (logits (B, N) over the patches, cache)."""
+        lay = self.layout(n_words)
+        query, c_q = self.goal_query.forward(h[:, lay["actions"].start])     # (B, E)
+        keys, c_k = self.goal_key.forward(h[:, lay["patches"]])              # (B, N, E)
+        logits, c_ptr = pointer_forward(query[:, None], keys)                # (B, 1, N)
+        return logits[:, 0], (c_q, c_k, c_ptr)
+
+    def goal_backward(self, dgoal: np.ndarray, cache: Any, dh: np.ndarray, n_words: int, grads: dict) -> None:
+        """Adds the goal head's gradient, dgoal (B, N), into dh (B, T, E) and its parameters' into grads."""
+        c_q, c_k, c_ptr = cache
+        lay = self.layout(n_words)
+        dquery, dkeys = pointer_backward(dgoal[:, None], c_ptr)              # (B, 1, E), (B, N, E)
+        dq, g = self.goal_query.backward(dquery[:, 0], c_q)                  # (B, E)
+        dh[:, lay["actions"].start] += dq
+        add_grads(grads, g, "goal_query")
+        dk, g = self.goal_key.backward(dkeys, c_k)                           # (B, N, E)
+        dh[:, lay["patches"]] += dk
+        add_grads(grads, g, "goal_key")
+
     def _forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
-                 rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:
+                 rng: np.random.Generator | None, goal: bool = False) -> tuple[Any, Any]:
+        """(logits, cache), or with ``goal`` ((logits, goal logits (B, N)), cache)."""
         n_words = words.shape[1]
         xp, c_prefix = self.embed_prefix(words, images, rng)      # (B, P, E)
         xa, c_a = self.embed_actions(actions_in, 0, rng)          # (B, A, E)
@@ -239,17 +305,26 @@ class ActionLM(Module):
         mask = self.attention_mask(words, xa.shape[1])            # (B, 1, T, T)
         h, c_enc = self.encoder.forward(x, mask=mask, rng=rng)    # (B, T, E)
         logits, c_out = self.project_output(h[:, xp.shape[1]:])   # (B, A, V_a)
-        return logits, (c_prefix, c_a, c_enc, c_out, h.shape, n_words)
+        if not goal:
+            return logits, (c_prefix, c_a, c_enc, c_out, None, h.shape, n_words)
+        goal_logits, c_goal = self.goal_forward(h, n_words)       # (B, N)
+        return (logits, goal_logits), (c_prefix, c_a, c_enc, c_out, c_goal, h.shape, n_words)
 
-    def backward(self, dlogits: np.ndarray, cache: Any) -> tuple[Any, dict[str, np.ndarray]]:
-        """dlogits (B, A, V_a) -> (dinputs, grads), grads one per state_dict key. dinputs: {"images": d loss /
-        d images (B, H, W, C)} and, when text_dim > 0, "words": d loss / d text states (B, L, S)."""
-        (c_w, c_p), c_a, c_enc, c_out, h_shape, n_words = cache
+    def backward(self, dlogits: np.ndarray, cache: Any, dgoal: np.ndarray | None = None
+                 ) -> tuple[Any, dict[str, np.ndarray]]:
+        """dlogits (B, A, V_a) and, when the forward computed the goal head, dgoal (B, N) -> (dinputs, grads),
+        grads one per state_dict key. dinputs: {"images": d loss / d images (B, H, W, C)} and, when
+        text_dim > 0, "words": d loss / d text states (B, L, S)."""
+        (c_w, c_p), c_a, c_enc, c_out, c_goal, h_shape, n_words = cache
+        if (dgoal is None) != (c_goal is None):
+            raise ValueError("dgoal must be given exactly when the forward computed the goal head")
         lay = self.layout(n_words, dlogits.shape[1])
         grads: dict = {}
         dh = np.zeros(h_shape, dtype=dlogits.dtype)               # (B, T, E): only action positions are read
         dh[:, lay["actions"]], g = self.action_head.backward(dlogits, c_out)
         add_grads(grads, g, "action_head")
+        if dgoal is not None:
+            self.goal_backward(dgoal, c_goal, dh, n_words, grads)
         dx, g = self.encoder.backward(dh, c_enc)                  # (B, T, E)
         add_grads(grads, g, "encoder")
         dxw, dxp, dxa = dx[:, lay["words"]], dx[:, lay["patches"]], dx[:, lay["actions"]]

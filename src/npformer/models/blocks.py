@@ -8,6 +8,8 @@
     output_backward    its gradient: the tied table's starts here, the lookups' are added later
     lookup_backward    an embedding lookup's gradients, its rows added into the table's gradient so far
     sequence_loss      mean token cross-entropy over the positions not ignored
+    pointer_forward    logits = queries keys^T / sqrt(E): queries pick among keys, attention-style
+    pointer_backward   its gradient, to the queries and the keys
     words_forward      an instruction's word tokens: ids through a table, or frozen text states projected
     words_backward     their gradient (the policies VLA and ActionLM read words this way)
 
@@ -113,6 +115,21 @@ def sequence_loss(logits: np.ndarray, targets: np.ndarray, ignore_index: int, la
     dlogits = cross_entropy_backward(1.0, cache).reshape(logits.shape)  # (..., C)
     return float(flat), dlogits
 
+
+
+def pointer_forward(queries: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, Any]:
+    """queries (B, Q, E), keys (B, N, E) -> (logits (B, Q, N) = queries keys^T / sqrt(E), cache): each
+    query scores every key as attention does, and the scores are logits over the N keys (the tabletop
+    policy's cells, the gripper policy's goal patch)."""
+    scale = queries.dtype.type(queries.shape[-1] ** -0.5)
+    return (queries @ keys.transpose(0, 2, 1)) * scale, (queries, keys, scale)     # (B, Q, N)
+
+
+def pointer_backward(dlogits: np.ndarray, cache: Any) -> tuple[np.ndarray, np.ndarray]:
+    """dlogits (B, Q, N) -> (dqueries (B, Q, E), dkeys (B, N, E))."""
+    queries, keys, scale = cache
+    dlogits = dlogits * scale                                     # (B, Q, N)
+    return dlogits @ keys, dlogits.transpose(0, 2, 1) @ queries
 
 
 def words_forward(model: Any, words: np.ndarray, rng: np.random.Generator | None) -> tuple[np.ndarray, Any]:

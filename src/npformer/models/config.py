@@ -158,7 +158,8 @@ def _action_lm(c: Any) -> int:
     words = _linear(c.text_dim, e) if c.text_dim else _tokens(c, c.vocab_size, c.max_words, c.positional)
     actions = _tokens(c, c.action_vocab + 1, c.action_len, "learned")      # BOS row, a position per slot
     return (words + _patches(c, False, "learned") + actions + 3 * e       # type table: word, patch, action
-            + _stack(c, c.n_layers, False) + _linear(e, c.action_vocab))
+            + _stack(c, c.n_layers, False) + _linear(e, c.action_vocab)
+            + (_linear(e, e) + e * e if c.goal_head else 0))                # goal query (with bias), key
 
 
 _COUNTS = {"TransformerConfig": _transformer, "DecoderLMConfig": _decoder_lm, "EncoderClassifierConfig": _classifier,

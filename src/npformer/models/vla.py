@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from ..nn import Dropout, Embedding, Embeddings, Encoder, Linear, Module, add_grads
 from ..nn.patches import PatchEmbedding
 from ..ops import cross_entropy_backward, cross_entropy_forward
-from .blocks import encoder_stack, init_model, words_backward, words_forward
+from .blocks import encoder_stack, init_model, pointer_backward, pointer_forward, words_backward, words_forward
 from .config import (
     BlockConfig,
     check_choice,
@@ -191,10 +191,9 @@ class VLA(Module):
         heads = np.stack([pick, place], axis=1)                   # (B, 2, N) or (B, 2, E)
         c_key = None
         if c.head == "pointer":
-            keys, c_key = self.cell_key.forward(h[:, self.layout(n_words)["patches"]])  # (B, N, E)
-            scale = h.dtype.type(c.d_model ** -0.5)
-            logits = (heads @ keys.transpose(0, 2, 1)) * scale    # (B, 2, N)
-            c_key = (c_key, heads, keys, scale)
+            keys, c_lin = self.cell_key.forward(h[:, self.layout(n_words)["patches"]])  # (B, N, E)
+            logits, c_ptr = pointer_forward(heads, keys)          # (B, 2, N)
+            c_key = (c_lin, c_ptr)
         else:
             logits = heads                                        # (B, 2, N)
         return logits, (c_w, c_p, c_enc, c_pick, c_place, c_key, h.shape, n_words)
@@ -209,10 +208,8 @@ class VLA(Module):
         dh = np.zeros(h_shape, dtype=dlogits.dtype)               # (B, T, E)
         dheads = dlogits                                          # (B, 2, N)
         if c_key is not None:                                     # pointer: logits = heads keys^T * scale
-            c_lin, heads, keys, scale = c_key
-            dlogits = dlogits * scale                             # (B, 2, N)
-            dheads = dlogits @ keys                               # (B, 2, E)
-            dkeys = dlogits.transpose(0, 2, 1) @ heads            # (B, N, E)
+            c_lin, c_ptr = c_key
+            dheads, dkeys = pointer_backward(dlogits, c_ptr)      # (B, 2, E), (B, N, E)
             dh[:, lay["patches"]], g = self.cell_key.backward(dkeys, c_lin)
             add_grads(grads, g, "cell_key")
         dh[:, 0], g = self.pick_head.backward(dheads[:, 0], c_pick)
