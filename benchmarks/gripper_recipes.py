@@ -1,27 +1,36 @@
 """Which change to the gripper recipe makes the policy learn sooner: a quick trial of variants in torch.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/gripper_recipes.py VARIANT
-        [--steps 2500] [--episodes 100] [--seed 0] [--every 500]
+        [--expert settle|arrive] [--steps 2500] [--episodes 100] [--seed 0] [--every 500]
 
 VARIANT is one of:
-    default     the task's policy and recipe (3 layers, lr 2e-3, 1,000 demonstrations)
-    deep        6 layers, lr 1e-3, 3,000 demonstrations
-    goal        the default with a goal pointer trained beside the action tokens (below)
-    deep-goal   both
+    default     the task's policy and recipe (3 layers, lr 2e-3, 1,000 demonstrations, the goal head)
+    no-goal     the same without the goal head (``--set goal=false``)
+    mask        the default with half the training instructions masked where the step does not need the
+                word (``--set word_mask=0.5``: the container's name while heading for the block, the colour
+                once carrying it)
+    deep        6 layers, lr 1e-3, 3,000 demonstrations, the goal head
+    deep-no-goal  both
 
-The goal pointer is an auxiliary read-out, not part of the task today: a query from the first action
-token's final state scored against every patch's final state (projected, scaled 1/sqrt(E), as the
-tabletop policy's pointer head), trained with cross-entropy toward the patch of the place the expert is
-heading for at that step (the named block until it is held, then the named container), weight 1. It
-is read from the world's state while the demonstrations are recorded; the policy at evaluation still
-sees only the image and the words, and its actions come from the action tokens alone.
+The goal head (``ActionLM``'s ``goal_head``, the task's ``goal`` setting) is a pointer from the step's
+first action slot to every patch, trained toward the patch of the place the expert heads for
+(``sim.expert.heading_for``: the named block until it is held, then the named container), each goal one
+more scored target beside the action tokens, as ``npformer train gripper`` trains it. Acting never
+reads it.
+
+``--expert`` picks the expert that labels the demonstrations:
+    settle      ``sim.expert_action``, the task's: moves axis by axis, closes or opens only once within
+                half the world's tolerance of its goal
+    arrive      the expert before 2026-12-02, kept here for the comparison: moves straight for its goal
+                and closes (opens) on the step it arrives, so the policy must land within the pick
+                radius with the very move it closes on
 
 Each variant starts from the task's own model (``GripperTask.build_model``, its initialisation
 included), carried to torch by ``to_torch`` and trained there (AdamW, betas 0.9/0.98, weight decay 0.01
 on matrices, warmup 100 then cosine, gradients clipped at 1, batch 64, one thread), because torch trains
 this model in about 0.8x npformer's time here and the point is the recipe, not the engine. Printed, one
 JSON line each: every ``--every`` steps, the held-out teacher-forced token accuracy on 40 demonstration
-episodes of seed 999 (dx, dy, gripper; the moves' sign right; the pointer's accuracy); at the end,
+episodes of seed 999 (dx, dy, gripper; the moves' sign right; the goal head's accuracy); at the end,
 success over ``--episodes`` fresh evaluation episodes of the test split, the yellow-with-bowl split and
 the test split with perturbations (episode i from (seed 0, the evaluation stream, i), as ``npformer
 eval --n N --seed 0`` draws them), played greedily by the trained torch policy.
@@ -35,32 +44,41 @@ import time
 
 import numpy as np
 
-VARIANTS = {"default": {"layers": 3, "lr": 2e-3, "demos": 1000, "goal": 0.0},
-            "deep": {"layers": 6, "lr": 1e-3, "demos": 3000, "goal": 0.0},
-            "goal": {"layers": 3, "lr": 2e-3, "demos": 1000, "goal": 1.0},
-            "deep-goal": {"layers": 6, "lr": 1e-3, "demos": 3000, "goal": 1.0}}
-GRID = 6                                # the policy's 6 x 6 patches
+VARIANTS = {"default": {"layers": 3, "lr": 2e-3, "data": {}},
+            "no-goal": {"layers": 3, "lr": 2e-3, "data": {"goal": False}},
+            "mask": {"layers": 3, "lr": 2e-3, "data": {"word_mask": 0.5}},
+            "deep": {"layers": 6, "lr": 1e-3, "data": {"demos": 3000}},
+            "deep-no-goal": {"layers": 6, "lr": 1e-3, "data": {"demos": 3000, "goal": False}}}
 
 
-def goal_cells(n_episodes: int, seed: int, noise: float, flip: float, perturb: float) -> np.ndarray:
-    """(M,) the patch each recorded step's expert heads for (the named block until it is held, then the
-    named container), for ``record_demos``' steps with the same arguments."""
-    from npformer.sim.demos import record_demos
+def arrive_expert(info: dict) -> dict:
+    """The expert before 2026-12-02 (``--expert arrive``): the task's expert, except that each move heads
+    straight for its goal (the larger axis a full step, or exactly the rest when a step or less away) and
+    it closes on the named block, or opens over the container, on the step it arrives."""
+    from npformer.sim import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, MAX_MOVE, expert_action
+    from npformer.sim.expert import heading_for
 
-    cells: list[int] = []
-
-    def watch(info: dict) -> None:
-        colour, container = info["target"]
-        gx, gy = info["containers"][container] if info["held"] == colour else info["blocks"][colour]
-        cells.append(min(int(gy * GRID), GRID - 1) * GRID + min(int(gx * GRID), GRID - 1))
-
-    record_demos(n_episodes, seed, noise=noise, flip=flip, split="train", perturb=perturb, watch=watch)
-    return np.asarray(cells)
+    clean = expert_action(info)
+    colour = info["target"][0]
+    if clean["gripper"] == GRIPPER_DONE or info["held"] not in (None, colour):
+        return clean                               # done, or a wrong block to put down: as the task's
+    gx, gy, closed = info["gripper"]
+    goal = heading_for(info)
+    delta = np.array([goal[0] - gx, goal[1] - gy])                          # (2,)
+    reach = float(np.abs(delta).max())
+    arrives = reach <= MAX_MOVE
+    move = (delta / MAX_MOVE if arrives else delta / reach).astype(np.float32)
+    if info["held"] == colour:
+        command = GRIPPER_OPEN if arrives else GRIPPER_CLOSE
+    else:
+        command = GRIPPER_CLOSE if arrives and not closed else GRIPPER_OPEN
+    return {"move": move, "gripper": command}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variant", choices=sorted(VARIANTS))
+    ap.add_argument("--expert", choices=("settle", "arrive"), default="settle")
     ap.add_argument("--steps", type=int, default=2500)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the model's and the batches' seed")
@@ -72,32 +90,28 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    from npformer.data.gripper import GripperTask, trim_padding
+    import npformer.sim.demos
+    from npformer.data.gripper import GripperTask, goal_cells, trim_padding
     from npformer.interop.torch import to_torch
     from npformer.sim.demos import record_demos
     from npformer.sim.episodes import run_episodes
 
+    if args.expert == "arrive":
+        npformer.sim.demos.expert_action = arrive_expert      # record_demos' labels (and the held-out ones)
     torch.set_num_threads(1)
     v = VARIANTS[args.variant]
-    task = GripperTask.create({"demos": v["demos"]})
+    task = GripperTask.create(v["data"])
     model = task.build_model(task.model_config({"n_layers": v["layers"]}), np.random.default_rng(args.seed))
     s = task.settings
     tm = to_torch(model).train()
-    E, bins = model.config.d_model, s.action_bins
-    if v["goal"]:
-        tm.goal_query, tm.goal_key = torch.nn.Linear(E, E), torch.nn.Linear(E, E, bias=False)
-        goals = goal_cells(s.demos, s.demo_seed, s.noise, s.flip, s.perturb)
-        assert len(goals) == len(task.demos())
+    bins = s.action_bins
 
     def forward(words, images, actions_in):
-        """(action logits (B, A, V_a), goal logits (B, N) or None): TorchActionLM's pass plus the pointer."""
-        words, actions_in = torch.as_tensor(trim_padding(words)), torch.as_tensor(actions_in)
-        h = tm.hidden(words, torch.as_tensor(images), actions_in)                   # (B, T, E)
-        p, n_words = h.shape[1] - actions_in.shape[1], words.shape[1]               # the prefix, the words
-        if not v["goal"]:
-            return tm.action_head(h[:, p:]), None
-        scores = tm.goal_query(h[:, p])[:, None] @ tm.goal_key(h[:, n_words:p]).transpose(1, 2)   # (B, 1, N)
-        return tm.action_head(h[:, p:]), scores[:, 0] * E ** -0.5
+        """(action logits (B, A, V_a), goal logits (B, N) or None), as the task's loss reads them."""
+        words, images = torch.as_tensor(trim_padding(words)), torch.as_tensor(images)
+        if not s.goal:
+            return tm(words, images, torch.as_tensor(actions_in)), None
+        return tm(words, images, torch.as_tensor(actions_in), goal=True)
 
     params = list(tm.parameters())
     opt = torch.optim.AdamW([{"params": [q for q in params if q.ndim >= 2], "weight_decay": 0.01},
@@ -105,16 +119,17 @@ def main() -> None:
                             lr=v["lr"], betas=(0.9, 0.98), eps=1e-9)
     held = record_demos(40, 999, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb)
     hw, hi, ha, ht = task.examples(held, np.arange(len(held)))
-    held_goals = goal_cells(40, 999, s.noise, s.flip, s.perturb) if v["goal"] else None
+    held_goals = goal_cells(held.goals)
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
     for step in range(1, args.steps + 1):
-        rows = rng.integers(0, len(task.demos()), 64)
-        words, images, actions_in, targets = task.examples(task.demos(), rows)
+        words, images, actions_in, targets, *goals = task.train_batch(rng, 64).arrays     # the task's batch
         logits, scores = forward(words, images, actions_in)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.as_tensor(targets).reshape(-1))
-        if scores is not None:
-            loss = loss + v["goal"] * F.cross_entropy(scores, torch.as_tensor(goals[rows]))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.as_tensor(targets).reshape(-1),
+                               reduction="sum")
+        if scores is not None:                  # each goal one more scored target, as the task's loss
+            loss = loss + F.cross_entropy(scores, torch.as_tensor(goals[0]), reduction="sum")
+        loss = loss / (targets.size + (len(targets) if scores is not None else 0))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -7,6 +7,7 @@
     python benchmarks/gripper_why.py probe gripper raw  # ... with a ViT's usual start instead of the task's
     python benchmarks/gripper_why.py ties RUN [N]       # batched against one-at-a-time episodes (N = 100)
     python benchmarks/gripper_why.py grasp RUN [N]      # where the policy closes, and where it should (N = 200)
+    python benchmarks/gripper_why.py heldout RUN [N]    # where yellow-with-bowl episodes fail (N = 200)
 
 - ``tokenizer``: 500 evaluation episodes per bin count (8, 16, 32, 256), with and without the perturbations,
   played by the scripted expert whose every action goes through encode and decode first: the resolution's
@@ -22,8 +23,12 @@
 - ``grasp``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, watched step by step (``episodes.play``'s
   ``watch``): every grasp attempt (the policy closes an open, empty gripper), how far the gripper was from
   the named block's centre (in block sides; a pick needs half a side or less) and what it picked; and
-  every step where the scripted expert would close on the named block (it arrives this step), whether the
-  policy closed there too, and how far its move was from the expert's (action units, the larger axis).
+  every step where the scripted expert would close on the named block (``sim.expert``: once on it), whether
+  the policy closed there too, and how far its move was from the expert's (action units, the larger axis).
+- ``heldout``: episodes 0..N-1 of the yellow-with-bowl split (as ``npformer eval RUN --seed 0`` plays
+  them): which block the policy grasps first (the yellow one, another, none), and, while it holds the
+  yellow block in a scene with both containers, which container its moves head for (the one the move
+  brings nearer).
 - ``ties``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, played batched and then one at a time:
   how many end differently (steps or outcome).
 """
@@ -165,6 +170,36 @@ def grasp(run: str, n: int) -> None:
               f"{np.median(err):.2f}, {np.mean(err > PICK_RADIUS / 0.08):.1%} off by more than a pick radius")
 
 
+def heldout(run: str, n: int) -> None:
+    from npformer.sim.episodes import play
+    from npformer.train.checkpoint import load_run
+
+    r = load_run(run, task="gripper")
+    policy = r.task.policy(r.model)
+    first: dict = {}                      # episode -> the colour grasped first
+    heads = {"bowl": 0, "box": 0}         # moves while holding yellow, both containers present
+
+    def watch(i, info, move, command):
+        if info["grasped"] and i not in first:
+            first[i] = info["grasped"][0]
+        if info["held"] == "yellow" and len(info["containers"]) == 2:
+            gx, gy, _ = info["gripper"]
+            d = {k: float(np.hypot(*(np.array(c) - (np.array([gx, gy]) + np.clip(move, -1, 1) * 0.08))))
+                 - float(np.hypot(c[0] - gx, c[1] - gy)) for k, c in info["containers"].items()}
+            heads[min(d, key=d.get)] += 1
+
+    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(n)]
+    results, summary = play(policy.act_batch, seeds, [{"split": "yellow_bowl", "perturb": False}] * n, watch=watch)
+    colours = [first.get(i) for i in range(n)]
+    print(f"{run}: {n} yellow-with-bowl episodes, {summary['outcomes']} (truncated {summary['truncated']})")
+    print(f"first grasp: yellow {colours.count('yellow')}, another block "
+          f"{sum(c not in (None, 'yellow') for c in colours)}, none {colours.count(None)}")
+    total = sum(heads.values())
+    if total:
+        print(f"moves while holding yellow, both containers on the table: {total}, toward the bowl "
+              f"{heads['bowl'] / total:.1%}, toward the box {heads['box'] / total:.1%}")
+
+
 def ties(run: str, n: int) -> None:
     from npformer.sim.episodes import play, run_episodes
     from npformer.train.checkpoint import load_run
@@ -180,7 +215,7 @@ def ties(run: str, n: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties", "grasp"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties", "grasp", "heldout"):
         sys.exit(__doc__)
     if sys.argv[1] == "tokenizer":
         tokenizer()
@@ -188,6 +223,8 @@ if __name__ == "__main__":
         tokens(sys.argv[2:])
     elif sys.argv[1] == "grasp":
         grasp(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
+    elif sys.argv[1] == "heldout":
+        heldout(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
     elif sys.argv[1] == "ties":
         ties(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 100)
     else:

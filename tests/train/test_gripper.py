@@ -223,17 +223,68 @@ def test_training_batches_drop_only_padding_columns_and_score_the_same():
     model = task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
     model = ActionLM(model.config, rng=1, dtype=np.float64)
     batch = task.train_batch(np.random.default_rng(0), 6)
-    words, images, actions_in, targets = batch.arrays
+    words, images, actions_in, targets, goals = batch.arrays
+    assert len(batch.inputs) == 3 and batch.inputs[2] is actions_in       # the probe reads these
     full = task.reader.inputs(task.demos().texts(np.arange(6)))
     assert words.shape[1] < full.shape[1] and (words != 0).sum(1).max() == words.shape[1]
     padded = np.zeros((len(words), full.shape[1]), dtype=words.dtype)
     padded[:, :words.shape[1]] = words
-    a, ga = model.loss(words, images.astype(np.float64), actions_in, targets)
-    b, gb = model.loss(padded, images.astype(np.float64), actions_in, targets)
+    a, ga = model.loss(words, images.astype(np.float64), actions_in, targets, goals)
+    b, gb = model.loss(padded, images.astype(np.float64), actions_in, targets, goals)
     assert abs(a - b) < 1e-12 and all(np.allclose(ga[k], gb[k], rtol=0, atol=1e-12) for k in ga)
     states = np.zeros((2, 5, 3))
     states[0, 1, 0] = 1.0                                                       # one real piece, at 1
     assert trim_padding(states).shape == (2, 2, 3) and trim_padding(np.zeros((2, 4), int)).shape == (2, 1)
+
+
+def test_the_goal_head_is_trained_toward_the_patch_the_expert_heads_for():
+    from npformer.data.gripper import goal_cells
+    from npformer.sim.world import PATCH_SIZE
+
+    cells = goal_cells(np.array([[0.0, 0.0], [0.999, 0.0], [0.0, 0.999], [1.0, 1.0], [0.5, 0.2]]))
+    assert cells.tolist() == [0, 5, 30, 35, 1 * 6 + 3]                         # row-major, 6 x 6, edges kept
+    task = GripperTask.create({"demos": 6, "action_bins": 16})
+    task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
+    demos = task.demos()
+    batch = task.train_batch(np.random.default_rng(1), 64)
+    rows = np.random.default_rng(1).integers(0, len(demos), 64)                 # the batch's rows
+    assert np.array_equal(batch.arrays[4], goal_cells(demos.goals[rows]))
+    # the patch holds the block's (or, once it is held, the container's) centre: its pixels are there
+    img, g = demos.images, goal_cells(demos.goals)
+    rows, cols = g // 6 * PATCH_SIZE, g % 6 * PATCH_SIZE
+    for j in range(0, len(demos), 7):
+        patch = img[j, rows[j]:rows[j] + PATCH_SIZE, cols[j]:cols[j] + PATCH_SIZE]
+        assert (patch != patch[0, 0]).any() or (patch != img[j, 0, 0]).any(), j       # not a bare table patch
+    off = GripperTask.create({"demos": 6, "action_bins": 16, "goal": False})
+    model = off.build_model(off.model_config(dict(TINY)), np.random.default_rng(0))
+    assert not model.config.goal_head and len(off.train_batch(np.random.default_rng(1), 4).arrays) == 4
+    with pytest.raises(TypeError, match="data.goal must be bool"):
+        GripperTask.create({"goal": "yes"})
+
+
+def test_word_mask_hides_only_the_word_the_step_does_not_need():
+    from npformer.data.gripper import mask_unneeded
+    from npformer.data.tabletop import UNK_ID
+    from npformer.sim.expert import carrying
+
+    texts = ["put the red block in the bowl", "the blue cube goes into the box", "move the green block to the box"]
+    out = mask_unneeded(texts, np.array([False, True, False]), np.array([True, True, False]))
+    assert out == ["put the red block in the [UNK]", "the [UNK] cube goes into the box", texts[2]]
+    task = GripperTask.create({"demos": 8, "action_bins": 16, "word_mask": 1.0})
+    task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
+    demos = task.demos()
+    assert demos.carrying.any() and not demos.carrying.all()             # both kinds of step recorded
+    words = task.train_batch(np.random.default_rng(2), 64).arrays[0]
+    assert ((words == UNK_ID).sum(axis=1) == 1).all()                    # every row: exactly one word masked
+    # carrying is the expert's own: heading for the container exactly when it says so
+    w_seed = np.random.default_rng(5)
+    from npformer.sim.world import new_episode
+    w = new_episode(w_seed)
+    assert not carrying(w.info())
+    w.held, w.closed = w.target[0], True
+    assert carrying(w.info())
+    with pytest.raises(ValueError, match="word_mask must be in"):
+        GripperTask.create({"word_mask": 1.5})
 
 
 def test_eval_csv_keeps_no_flag_and_the_curves_draw(run, tmp_path):

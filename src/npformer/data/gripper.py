@@ -27,17 +27,39 @@ import numpy as np
 from ..ops import sinusoidal_positions_2d
 from ..sim.demos import Demos, record_demos
 from ..sim.episodes import EVAL_STREAM, play, run_episodes, summarize
-from ..sim.language import TABLE
+from ..sim.language import TABLE, parse
 from ..sim.tokens import TOKENS_PER_STEP, ActionTokenizer
 from ..sim.world import IMAGE_SIZE, PATCH_SIZE, episode_seed
 from .gripper_chunks import check_chunk_settings, chunk_targets, evaluate_chunks
 from .gripper_policy import GripperPolicy
-from .tabletop import MAX_WORDS, TEXT_ENCODERS, UNK_ID, VOCAB, model_words, real_words, text_reader
+from .tabletop import MAX_WORDS, TEXT_ENCODERS, UNK, UNK_ID, VOCAB, model_words, real_words, text_reader
 from .tasks import Batch, Task
 
 N_PATCHES = (IMAGE_SIZE // PATCH_SIZE) ** 2
 PIXEL_SCALE = 0.25                      # the patch embedding starts as if pixels were (x - TABLE) / PIXEL_SCALE
 LINES_STREAM = EVAL_STREAM + 1          # ``--instructions``: line k's episodes, apart from the plain evaluation's
+
+
+def goal_cells(points: np.ndarray) -> np.ndarray:
+    """points (M, 2) float (x, y) on the table -> (M,) int64, the index of the patch each lies in (row-major,
+    as ``PatchEmbedding`` orders the patches; a point on the far edge belongs to the last row or column)."""
+    grid = IMAGE_SIZE // PATCH_SIZE
+    col, row = (np.minimum((np.asarray(points, dtype=np.float64) * grid).astype(np.int64), grid - 1)).T
+    return row * grid + col
+
+
+def mask_unneeded(texts: list[str], carrying: np.ndarray, mask: np.ndarray) -> list[str]:
+    """``texts`` with, where ``mask``, the word the step's action does not depend on replaced by [UNK]: the
+    container's name while the expert heads for the block (``carrying`` False), the block's colour once it
+    carries it. The held-out pairing never appears: a masked instruction names one of the two only."""
+    out = []
+    for text, carry, m in zip(texts, carrying, mask, strict=True):
+        if m:
+            colour, container = parse(text)
+            drop = colour if carry else container
+            text = " ".join(UNK if w == drop else w for w in text.split())
+        out.append(text)
+    return out
 
 
 def trim_padding(words: np.ndarray) -> np.ndarray:
@@ -70,6 +92,14 @@ class GripperTask(Task):
         dagger: int = 0                     # DAgger rounds (0: none; gripper_dagger); the labels split evenly
         round_steps: int = 0                # DAgger: optimizer steps per round (0: the recipe's steps / rounds)
         text_encoder: str = "scratch"       # "scratch" (the policy's own word table) or "minilm" (frozen MiniLM)
+        # the goal head (ActionLM's goal_head): a pointer from the step's first action slot to the patch the
+        # expert heads for, trained beside the action tokens (docs/vla.md: without it the policy took
+        # thousands of steps more to find the named block at all)
+        goal: bool = True
+        # the chance that a training example's instruction has the word its step does not need masked
+        # ([UNK]): the container's name while the expert heads for the block, the colour once it carries
+        # it (``mask_unneeded``), so that finding the block does not lean on which container is named
+        word_mask: float = 0.0
         noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
         flip: float = 0.05                  # DART: chance a step's executed open/close is flipped
         perturb: float = 0.5                # share of demonstration episodes recorded with the perturbations on
@@ -91,7 +121,7 @@ class GripperTask(Task):
                                  "gets labels / dagger of them")
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
-            for name in ("noise", "flip", "perturb"):
+            for name in ("noise", "flip", "perturb", "word_mask"):
                 v = getattr(self, name)
                 if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
                     raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
@@ -144,7 +174,7 @@ class GripperTask(Task):
         s = self.settings
         cfg = {"vocab_size": len(VOCAB), "max_words": MAX_WORDS, "image_size": IMAGE_SIZE, "patch_size": PATCH_SIZE,
                "in_channels": 3, "action_vocab": s.action_bins + 3, "action_len": TOKENS_PER_STEP * s.chunk,
-               "d_model": 64, "n_heads": 4, "d_ff": 256, "n_layers": 3, "dropout": 0.0}
+               "d_model": 64, "n_heads": 4, "d_ff": 256, "n_layers": 3, "dropout": 0.0, "goal_head": s.goal}
         if s.text_encoder != "scratch":
             # as tabletop's MiniLM policy: 30% of the projected text features dropped, so that it reads the
             # broad directions paraphrases share rather than the few that tell the template words apart
@@ -162,11 +192,12 @@ class GripperTask(Task):
         model = super().build_model(config, rng)
         c = model.config
         want = {"action_vocab": s.action_bins + 3, "action_len": TOKENS_PER_STEP * s.chunk,
-                "text_dim": self.reader.text_dim}
+                "text_dim": self.reader.text_dim, "goal_head": s.goal}
         for key, v in want.items():
             if getattr(c, key) != v:
                 raise ValueError(f"the gripper task's settings (action_bins {s.action_bins}, chunk {s.chunk}, "
-                                 f"text_encoder {s.text_encoder!r}) need model.{key} = {v}, got {getattr(c, key)}")
+                                 f"text_encoder {s.text_encoder!r}, goal {s.goal}) need model.{key} = {v}, "
+                                 f"got {getattr(c, key)}")
         if not c.text_dim and c.vocab_size == len(VOCAB):
             model.word_embed.tok.params["weight"][UNK_ID] = 0      # as tabletop: [UNK] has no content of its own
         # Where the policy starts, for the image (measured on a probe, "is the gripper in the right half", 400
@@ -191,22 +222,29 @@ class GripperTask(Task):
                 "eval_n": 100, "blas_threads": 1}
 
     # -- training -----------------------------------------------------------------------------------
-    def examples(self, demos: Demos, rows: np.ndarray):
+    def examples(self, demos: Demos, rows: np.ndarray, texts: list[str] | None = None):
         """The model's arrays for recorded steps ``rows``: (words, images float [0, 1], actions_in
-        [BOS, t0, t1], targets [t0, t1, t2])."""
+        [BOS, t0, t1], targets [t0, t1, t2]). ``texts``: the instructions to read instead of the rows' own
+        (``mask_unneeded``'s; [UNK] is then read as the unknown word)."""
         tokens = chunk_targets(self.tokenizer, demos, rows, self.settings.chunk)   # (B, 3 K)
         bos = np.full((len(rows), 1), self.settings.action_bins + 3, dtype=np.int64)  # (B, 1)
-        words = self.reader.inputs(demos.texts(rows))                               # (B, L) or (B, L, S)
+        words = (self.reader.inputs(demos.texts(rows)) if texts is None
+                 else self.reader.inputs(texts, unknown_ok=True))                    # (B, L) or (B, L, S)
         images = demos.images[rows].astype(np.float32) / np.float32(255)            # (B, H, W, 3)
         return words, images, np.concatenate([bos, tokens[:, :-1]], axis=1), tokens
 
     def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
         demos = self.demos()
         rows = rng.integers(0, len(demos), batch_size)
-        words, images, actions_in, targets = self.examples(demos, rows)
+        texts = None
+        if self.settings.word_mask:
+            drop = rng.random(batch_size) < self.settings.word_mask                  # (B,)
+            texts = mask_unneeded(demos.texts(rows), demos.carrying[rows], drop)
+        words, images, actions_in, targets = self.examples(demos, rows, texts)
         words = trim_padding(words)
         n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP * self.settings.chunk)
-        return Batch((words, images, actions_in, targets), n_tokens=n_tokens)
+        arrays = (words, images, actions_in, targets) + ((goal_cells(demos.goals[rows]),) if self.settings.goal else ())
+        return Batch(arrays, n_tokens=n_tokens, n_inputs=3)
 
     def loss(self, model, batch: Batch, rng: np.random.Generator | None, label_smoothing: float = 0.0):
         if self.settings.dagger:                # at a round's end the policy drives and the expert labels

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sim.demos import DEMO_STREAM, Demos
-from ..sim.expert import expert_action
+from ..sim.expert import carrying, expert_action, heading_for
 from ..sim.render import render
 from ..sim.world import episode_seed, new_episode
 
@@ -58,6 +58,8 @@ def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: 
     images: list = []
     moves: list = []
     gripper: list = []
+    goals: list = []
+    carry: list = []
     ex_moves: list = []
     ex_gripper: list = []
     episode: list = []
@@ -78,10 +80,13 @@ def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: 
             for j, (e, w) in enumerate(live):
                 if len(moves) >= n_states:
                     break
-                label = expert_action(w.info())
+                info = w.info()
+                label = expert_action(info)
                 images.append(frames[j])
                 moves.append(label["move"])
                 gripper.append(label["gripper"])
+                goals.append(heading_for(info))
+                carry.append(carrying(info))
                 ex_moves.append(np.clip(mv[j], -1, 1).astype(np.float32))
                 ex_gripper.append(int(g[j]))
                 episode.append(e)
@@ -92,7 +97,8 @@ def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: 
             texts.append(w.instruction)
             success.append(w.success)
     return Demos(images=np.stack(images), moves=np.stack(moves).astype(np.float32),
-                 gripper=np.asarray(gripper, dtype=np.int64), executed_moves=np.stack(ex_moves),
+                 gripper=np.asarray(gripper, dtype=np.int64), goals=np.asarray(goals, dtype=np.float32),
+                 carrying=np.asarray(carry, dtype=bool), executed_moves=np.stack(ex_moves),
                  executed_gripper=np.asarray(ex_gripper, dtype=np.int64), episode=np.asarray(episode, dtype=np.int64),
                  step=np.asarray(steps, dtype=np.int64), instructions=texts, success=np.asarray(success))
 
@@ -106,7 +112,8 @@ def aggregate(a: Demos, b: Demos) -> Demos:
     texts = [b.instructions[int(e)] for e in ids]
     renumber = np.searchsorted(ids, b.episode[order]) + offset
     return Demos(images=np.concatenate([a.images, b.images[order]]), moves=np.concatenate([a.moves, b.moves[order]]),
-                 gripper=np.concatenate([a.gripper, b.gripper[order]]),
+                 gripper=np.concatenate([a.gripper, b.gripper[order]]), goals=np.concatenate([a.goals, b.goals[order]]),
+                 carrying=np.concatenate([a.carrying, b.carrying[order]]),
                  executed_moves=np.concatenate([a.executed_moves, b.executed_moves[order]]),
                  executed_gripper=np.concatenate([a.executed_gripper, b.executed_gripper[order]]),
                  episode=np.concatenate([a.episode, renumber]), step=np.concatenate([a.step, b.step[order]]),

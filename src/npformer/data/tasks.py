@@ -107,9 +107,16 @@ def model_config_from_dict(kind: str, d: dict):
 @dataclass
 class Batch:
     """One training batch: ``arrays`` go positionally to ``model.loss``; ``n_tokens`` counts the tokens
-    the model reads (non-padding inputs), for the tokens-per-second figure."""
+    the model reads (non-padding inputs), for the tokens-per-second figure; the first ``n_inputs`` arrays
+    are what ``model.forward`` reads (default: all but the last, the targets)."""
     arrays: tuple
     n_tokens: int
+    n_inputs: int | None = None
+
+    @property
+    def inputs(self) -> tuple:
+        """The arrays ``model.forward`` reads (the training probe's)."""
+        return self.arrays[:len(self.arrays) - 1 if self.n_inputs is None else self.n_inputs]
 
 
 # -- tasks ----------------------------------------------------------------------------------------

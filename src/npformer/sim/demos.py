@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .expert import expert_action
+from .expert import carrying, expert_action, heading_for
 from .render import render
 from .world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, SPLITS, episode_seed, new_episode
 
@@ -29,6 +29,8 @@ class Demos:
     images: np.ndarray              # (M, H, W, 3) uint8, the observation before the step
     moves: np.ndarray               # (M, 2) float32, the expert's clean move
     gripper: np.ndarray             # (M,) int64, the expert's clean command
+    goals: np.ndarray               # (M, 2) float32, where the expert is heading (``expert.heading_for``)
+    carrying: np.ndarray            # (M,) bool, heading for the container, not the block (``expert.carrying``)
     executed_moves: np.ndarray      # (M, 2) float32, the move the world executed (clean + noise, clipped)
     executed_gripper: np.ndarray    # (M,) int64, the command the world executed
     episode: np.ndarray             # (M,) int64, the episode index of each step
@@ -62,7 +64,7 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
             raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    images, gripper, done_moves, done_gripper, episode, steps = [], [], [], [], [], []
+    images, gripper, goals, carry, done_moves, done_gripper, episode, steps = [], [], [], [], [], [], [], []
     moves: list[np.ndarray] = []
     texts, success = [], []
     for i in range(int(n_episodes)):
@@ -80,6 +82,8 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
             images.append(render(world))
             moves.append(clean["move"])
             gripper.append(clean["gripper"])
+            goals.append(heading_for(info))
+            carry.append(carrying(info))
             episode.append(i)
             steps.append(world.steps)
             move = np.clip(clean["move"] + noise * noise_rng.standard_normal(2), -1.0, 1.0).astype(np.float32)
@@ -95,8 +99,8 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
         raise ValueError(f"{n_episodes} demonstration episodes hold {len(moves)} steps, fewer than the {max_steps} "
                          "labels asked for: allow more episodes")
     return Demos(images=np.stack(images), moves=np.stack(moves).astype(np.float32),
-                 gripper=np.asarray(gripper, dtype=np.int64),
-                 executed_moves=np.stack(done_moves),
+                 gripper=np.asarray(gripper, dtype=np.int64), goals=np.asarray(goals, dtype=np.float32),
+                 carrying=np.asarray(carry, dtype=bool), executed_moves=np.stack(done_moves),
                  executed_gripper=np.asarray(done_gripper, dtype=np.int64),
                  episode=np.asarray(episode, dtype=np.int64),
                  step=np.asarray(steps, dtype=np.int64), instructions=texts, success=np.asarray(success))

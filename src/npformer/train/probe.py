@@ -32,10 +32,10 @@ FORMAT = "npformer-probe"
 
 
 def probe_inputs(task, model) -> tuple[np.ndarray, ...]:
-    """The probe's model inputs (batch of one): the training batch's arrays but the last (the targets),
+    """The probe's model inputs (batch of one): the training batch's ``inputs`` (not its targets),
     trailing padding dropped, floats in the model's dtype."""
     batch = task.train_batch(np.random.default_rng(PROBE_SEED), 1)
-    arrays = [np.asarray(a)[:1] for a in batch.arrays[:-1]]
+    arrays = [np.asarray(a)[:1] for a in batch.inputs]
     kind = task.model_kind
     if kind == "transformer":
         pad = model.config.pad_id
