@@ -6,9 +6,8 @@
 VARIANT is one of:
     default     the task's policy and recipe (3 layers, lr 2e-3, 1,000 demonstrations, the goal head)
     no-goal     the same without the goal head (``--set goal=false``)
-    mask        the default with half the training instructions masked where the step does not need the
-                word (``--set word_mask=0.5``: the container's name while heading for the block, the colour
-                once carrying it)
+    mask        the default with half the instructions of steps that head for the block read with the
+                container's name masked (``--set container_mask=0.5``)
     deep        6 layers, lr 1e-3, 3,000 demonstrations, the goal head
     deep-no-goal  both
 
@@ -46,7 +45,7 @@ import numpy as np
 
 VARIANTS = {"default": {"layers": 3, "lr": 2e-3, "data": {}},
             "no-goal": {"layers": 3, "lr": 2e-3, "data": {"goal": False}},
-            "mask": {"layers": 3, "lr": 2e-3, "data": {"word_mask": 0.5}},
+            "mask": {"layers": 3, "lr": 2e-3, "data": {"container_mask": 0.5}},
             "deep": {"layers": 6, "lr": 1e-3, "data": {"demos": 3000}},
             "deep-no-goal": {"layers": 6, "lr": 1e-3, "data": {"demos": 3000, "goal": False}}}
 

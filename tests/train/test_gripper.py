@@ -262,20 +262,23 @@ def test_the_goal_head_is_trained_toward_the_patch_the_expert_heads_for():
         GripperTask.create({"goal": "yes"})
 
 
-def test_word_mask_hides_only_the_word_the_step_does_not_need():
-    from npformer.data.gripper import mask_unneeded
+def test_container_mask_hides_the_container_only_while_the_expert_heads_for_the_block():
+    from npformer.data.gripper import mask_container
     from npformer.data.tabletop import UNK_ID
     from npformer.sim.expert import carrying
 
     texts = ["put the red block in the bowl", "the blue cube goes into the box", "move the green block to the box"]
-    out = mask_unneeded(texts, np.array([False, True, False]), np.array([True, True, False]))
-    assert out == ["put the red block in the [UNK]", "the [UNK] cube goes into the box", texts[2]]
-    task = GripperTask.create({"demos": 8, "action_bins": 16, "word_mask": 1.0})
+    out = mask_container(texts, np.array([False, True, False]), np.array([True, True, False]))
+    assert out == ["put the red block in the [UNK]", texts[1], texts[2]]
+    task = GripperTask.create({"demos": 8, "action_bins": 16, "container_mask": 1.0})
     task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
     demos = task.demos()
     assert demos.carrying.any() and not demos.carrying.all()             # both kinds of step recorded
+    rng = np.random.default_rng(2)
     words = task.train_batch(np.random.default_rng(2), 64).arrays[0]
-    assert ((words == UNK_ID).sum(axis=1) == 1).all()                    # every row: exactly one word masked
+    rows = rng.integers(0, len(demos), 64)                               # the batch's rows
+    masked = (words == UNK_ID).sum(axis=1)
+    assert np.array_equal(masked, (~demos.carrying[rows]).astype(int))   # one word, exactly where heading for it
     # carrying is the expert's own: heading for the container exactly when it says so
     w_seed = np.random.default_rng(5)
     from npformer.sim.world import new_episode
@@ -283,8 +286,8 @@ def test_word_mask_hides_only_the_word_the_step_does_not_need():
     assert not carrying(w.info())
     w.held, w.closed = w.target[0], True
     assert carrying(w.info())
-    with pytest.raises(ValueError, match="word_mask must be in"):
-        GripperTask.create({"word_mask": 1.5})
+    with pytest.raises(ValueError, match="container_mask must be in"):
+        GripperTask.create({"container_mask": 1.5})
 
 
 def test_eval_csv_keeps_no_flag_and_the_curves_draw(run, tmp_path):
