@@ -43,7 +43,7 @@ from npformer.sim.episodes import EVAL_STREAM
 from npformer.sim.expert import expert_action
 from npformer.sim.render import render
 from npformer.sim.tokens import ActionTokenizer
-from npformer.sim.world import episode_seed, new_episode
+from npformer.sim.world import MAX_MOVE, episode_seed, new_episode
 
 
 def tokenizer() -> None:
@@ -130,7 +130,7 @@ def probe(what: str, raw: bool = False) -> None:
 
 def grasp(run: str, n: int) -> None:
     from npformer.sim.episodes import play
-    from npformer.sim.world import BLOCK_SIZE, GRIPPER_CLOSE, MAX_MOVE, PICK_RADIUS
+    from npformer.sim.world import BLOCK_SIZE, GRIPPER_CLOSE, PICK_RADIUS
     from npformer.train.checkpoint import load_run
 
     r = load_run(run, task="gripper")
@@ -167,7 +167,7 @@ def grasp(run: str, n: int) -> None:
         err = np.array([a[1] for a in arrivals])
         print(f"steps where the expert would close on the named block: {len(arrivals)}; the policy closed at "
               f"{closed.mean():.1%} of them; its move's error there (action units, larger axis): median "
-              f"{np.median(err):.2f}, {np.mean(err > PICK_RADIUS / 0.08):.1%} off by more than a pick radius")
+              f"{np.median(err):.2f}, {np.mean(err > PICK_RADIUS / MAX_MOVE):.1%} off by more than a pick radius")
 
 
 def heldout(run: str, n: int) -> None:
@@ -184,7 +184,7 @@ def heldout(run: str, n: int) -> None:
             first[i] = info["grasped"][0]
         if info["held"] == "yellow" and len(info["containers"]) == 2:
             gx, gy, _ = info["gripper"]
-            d = {k: float(np.hypot(*(np.array(c) - (np.array([gx, gy]) + np.clip(move, -1, 1) * 0.08))))
+            d = {k: float(np.hypot(*(np.array(c) - (np.array([gx, gy]) + np.clip(move, -1, 1) * MAX_MOVE))))
                  - float(np.hypot(c[0] - gx, c[1] - gy)) for k, c in info["containers"].items()}
             heads[min(d, key=d.get)] += 1
 

@@ -52,8 +52,8 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
     perturbations on (each episode's draw comes from its seed). ``max_steps``: stop at exactly this many
     recorded steps (the last episode is cut there; ``n_episodes`` is then the most episodes it may take,
     and too few is a ValueError), so that recordings of different kinds hold the same number of labels.
-    ``watch(info)``, when given, sees the world's state (``World.info``) at each recorded step, in order
-    (``benchmarks/gripper_recipes.py`` reads where the expert heads from it)."""
+    ``watch(info)``, when given, sees the world's state (``World.info``) at each recorded step, in order,
+    for a measurement that needs more of it than ``Demos`` keeps."""
     if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) or n_episodes < 1:
         raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
