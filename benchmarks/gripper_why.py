@@ -8,6 +8,7 @@
     python benchmarks/gripper_why.py ties RUN [N]       # batched against one-at-a-time episodes (N = 100)
     python benchmarks/gripper_why.py grasp RUN [N]      # where the policy closes, and where it should (N = 200)
     python benchmarks/gripper_why.py heldout RUN [N]    # where yellow-with-bowl episodes fail (N = 200)
+    python benchmarks/gripper_why.py release RUN        # "done" for "open": the commonest plain-split failure
 
 - ``tokenizer``: 500 evaluation episodes per bin count (8, 16, 32, 256), with and without the perturbations,
   played by the scripted expert whose every action goes through encode and decode first: the resolution's
@@ -29,6 +30,12 @@
   them): which block the policy grasps first (the yellow one, another, none), and, while it holds the
   yellow block in a scene with both containers, which container its moves head for (the one the move
   brings nearer).
+- ``release``: the gripper command the greedy policy picks (teacher-forced, ``act_batch`` on the recorded
+  image and instruction) at the steps where the expert releases the block over the container and where
+  it says "done" (``data.gripper.release_rows``): on 300 clean episodes recorded from seed 999 and on the
+  first 1,200 such steps of the run's own demonstrations (equal rates: not overfitting); then the
+  closed-loop steps of ``npformer eval RUN --seed 0``'s first 200 test episodes where the policy said
+  "done" still holding the named block, with the probability it gave "done" there.
 - ``ties``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, played batched and then one at a time:
   how many end differently (steps or outcome).
 """
@@ -200,6 +207,45 @@ def heldout(run: str, n: int) -> None:
               f"{heads['bowl'] / total:.1%}, toward the box {heads['box'] / total:.1%}")
 
 
+def release(run: str) -> None:
+    from npformer.data.gripper import release_rows
+    from npformer.sim.episodes import play
+    from npformer.sim.world import GRIPPER_DONE, GRIPPER_OPEN
+    from npformer.train.checkpoint import load_run
+
+    r = load_run(run, task="gripper")
+    policy = r.task.policy(r.model)
+    names = {GRIPPER_OPEN: "open", GRIPPER_DONE: "done"}
+    for label, demos, most in (("held-out (seed 999, clean)", record_demos(300, 999, noise=0.0, flip=0.0, perturb=0.0),
+                                None), ("its own demonstrations", r.task.demos(), 1200)):
+        rows = np.flatnonzero(release_rows(demos))[:most]
+        picked = np.concatenate([policy.act_batch(demos.images[rows[s:s + 256]], demos.texts(rows[s:s + 256]))[1]
+                                 for s in range(0, len(rows), 256)])
+        for command, name in names.items():
+            mine = demos.gripper[rows] == command
+            counts = np.bincount(picked[mine], minlength=3)
+            print(f"{run}, {label}: {mine.sum()} steps where the expert says {name}: the policy says open "
+                  f"{counts[GRIPPER_OPEN]}, close {counts[1]}, done {counts[GRIPPER_DONE]}")
+    wrong: list[float] = []
+    row = [0]                                # the live episode's row in the step's batch: play() watches the
+                                             # live episodes in the order it handed them to act
+
+    def act(images, instructions):
+        row[0] = 0
+        return policy.act_batch(images, instructions)
+
+    def watch(i, info, move, command):
+        if command == GRIPPER_DONE and info["held"] == info["target"][0]:
+            wrong.append(float(policy.last["probs"][row[0], 2].max()))
+        row[0] += 1
+
+    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(200)]
+    results, _ = play(act, seeds, [{"split": "test", "perturb": False}] * 200, watch=watch)
+    print(f"{run}: closed loop, 200 test episodes: {sum(r.outcome == 'held_at_end' for r in results)} held_at_end; "
+          f"{len(wrong)} steps said done holding the named block, its probability there: "
+          f"{', '.join(f'{p:.2f}' for p in sorted(wrong))}")
+
+
 def ties(run: str, n: int) -> None:
     from npformer.sim.episodes import play, run_episodes
     from npformer.train.checkpoint import load_run
@@ -215,7 +261,7 @@ def ties(run: str, n: int) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties", "grasp", "heldout"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("tokenizer", "tokens", "probe", "ties", "grasp", "heldout", "release"):
         sys.exit(__doc__)
     if sys.argv[1] == "tokenizer":
         tokenizer()
@@ -225,6 +271,8 @@ if __name__ == "__main__":
         grasp(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
     elif sys.argv[1] == "heldout":
         heldout(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 200)
+    elif sys.argv[1] == "release":
+        release(sys.argv[2])
     elif sys.argv[1] == "ties":
         ties(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 100)
     else:

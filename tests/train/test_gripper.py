@@ -262,23 +262,30 @@ def test_the_goal_head_is_trained_toward_the_patch_the_expert_heads_for():
         GripperTask.create({"goal": "yes"})
 
 
-def test_container_mask_hides_the_container_only_while_the_expert_heads_for_the_block():
-    from npformer.data.gripper import mask_container
-    from npformer.data.tabletop import UNK_ID
+def test_masks_hide_the_container_while_heading_for_the_block_and_the_colour_while_carrying():
+    from npformer.data.gripper import mask_unneeded_word
+    from npformer.data.tabletop import COLOUR_NAMES, CONTAINER_NAMES, UNK_ID, WORD_TO_ID
     from npformer.sim.expert import carrying
 
-    texts = ["put the red block in the bowl", "the blue cube goes into the box", "move the green block to the box"]
-    out = mask_container(texts, np.array([False, True, False]), np.array([True, True, False]))
-    assert out == ["put the red block in the [UNK]", texts[1], texts[2]]
-    task = GripperTask.create({"demos": 8, "action_bins": 16, "container_mask": 1.0})
-    task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
-    demos = task.demos()
-    assert demos.carrying.any() and not demos.carrying.all()             # both kinds of step recorded
-    rng = np.random.default_rng(2)
-    words = task.train_batch(np.random.default_rng(2), 64).arrays[0]
-    rows = rng.integers(0, len(demos), 64)                               # the batch's rows
-    masked = (words == UNK_ID).sum(axis=1)
-    assert np.array_equal(masked, (~demos.carrying[rows]).astype(int))   # one word, exactly where heading for it
+    texts = ["put the red block in the bowl", "the blue cube goes into the box", "move the green block to the box",
+             "the yellow block goes into the box"]
+    out = mask_unneeded_word(texts, np.array([False, True, False, True]), np.array([True, True, False, False]))
+    assert out == ["put the red block in the [UNK]", "the [UNK] cube goes into the box", texts[2], texts[3]]
+    for settings in ({"container_mask": 1.0}, {"colour_mask": 1.0}, {"container_mask": 1.0, "colour_mask": 1.0}):
+        task = GripperTask.create({"demos": 8, "action_bins": 16, **settings})
+        task.build_model(task.model_config(dict(TINY)), np.random.default_rng(0))
+        demos = task.demos()
+        assert demos.carrying.any() and not demos.carrying.all()         # both kinds of step recorded
+        rng = np.random.default_rng(2)
+        words = task.train_batch(np.random.default_rng(2), 64).arrays[0]
+        rows = rng.integers(0, len(demos), 64)                           # the batch's rows
+        carry = demos.carrying[rows]
+        want = carry if "colour_mask" in settings else np.zeros(64, bool)
+        want = want | (~carry if "container_mask" in settings else False)
+        assert np.array_equal((words == UNK_ID).sum(axis=1), want.astype(int))  # one word, where it is not needed
+        colours = np.isin(words, [WORD_TO_ID[c] for c in COLOUR_NAMES]).any(axis=1)
+        containers = np.isin(words, [WORD_TO_ID[k] for k in CONTAINER_NAMES]).any(axis=1)
+        assert np.array_equal(colours, ~(want & carry)) and np.array_equal(containers, ~(want & ~carry))
     # carrying is the expert's own: heading for the container exactly when it says so
     w_seed = np.random.default_rng(5)
     from npformer.sim.world import new_episode
@@ -286,8 +293,36 @@ def test_container_mask_hides_the_container_only_while_the_expert_heads_for_the_
     assert not carrying(w.info())
     w.held, w.closed = w.target[0], True
     assert carrying(w.info())
-    with pytest.raises(ValueError, match="container_mask must be in"):
-        GripperTask.create({"container_mask": 1.5})
+    for name in ("container_mask", "colour_mask"):
+        with pytest.raises(ValueError, match=f"{name} must be in"):
+            GripperTask.create({name: 1.5})
+
+
+def test_release_weight_draws_the_release_and_done_steps_more_often():
+    from npformer.data.gripper import release_rows
+    from npformer.sim.world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN
+
+    task = GripperTask.create({"demos": 20, "action_bins": 16, "release_weight": 4.0, "demo_seed": 3})
+    demos = task.demos()
+    r = release_rows(demos)                                             # (M,)
+    assert not (r & (demos.gripper == GRIPPER_CLOSE)).any()
+    released = 0
+    for e in np.flatnonzero(demos.success):                             # each won episode: one done, a release
+        mine = demos.episode == e                                       # unless the block slipped or a flipped
+        assert (r & mine & (demos.gripper == GRIPPER_DONE)).sum() == 1  # open dropped it in the container
+        released += (r & mine & (demos.gripper == GRIPPER_OPEN)).any()
+    assert released >= 0.7 * demos.success.sum(), (released, demos.success.sum())
+    assert not (r & (demos.gripper == GRIPPER_OPEN) & ~demos.carrying).any()  # no open on the way to the block
+    rows = task.draw_rows(np.random.default_rng(0), 100_000)
+    want = 4 * r.sum() / (4 * r.sum() + (~r).sum())
+    assert abs(r[rows].mean() - want) < 0.01, (r[rows].mean(), want)     # binomial sd about 0.0015
+    assert rows.min() >= 0 and rows.max() < len(demos)
+    plain = GripperTask.create({"demos": 20, "action_bins": 16, "demo_seed": 3})
+    got = plain.draw_rows(np.random.default_rng(0), 64)                 # weight 1: the uniform draw, unchanged
+    assert np.array_equal(got, np.random.default_rng(0).integers(0, len(plain.demos()), 64))
+    for bad in (0.5, 101.0, float("nan")):
+        with pytest.raises(ValueError, match="release_weight must be in"):
+            GripperTask.create({"release_weight": bad})
 
 
 def test_eval_csv_keeps_no_flag_and_the_curves_draw(run, tmp_path):

@@ -29,7 +29,7 @@ from ..sim.demos import Demos, record_demos
 from ..sim.episodes import EVAL_STREAM, play, run_episodes, summarize
 from ..sim.language import TABLE, parse
 from ..sim.tokens import TOKENS_PER_STEP, ActionTokenizer
-from ..sim.world import IMAGE_SIZE, PATCH_SIZE, episode_seed
+from ..sim.world import GRIPPER_DONE, GRIPPER_OPEN, IMAGE_SIZE, PATCH_SIZE, episode_seed
 from .gripper_chunks import check_chunk_settings, chunk_targets, evaluate_chunks
 from .gripper_policy import GripperPolicy
 from .tabletop import MAX_WORDS, TEXT_ENCODERS, UNK, UNK_ID, VOCAB, model_words, real_words, text_reader
@@ -48,17 +48,25 @@ def goal_cells(points: np.ndarray) -> np.ndarray:
     return row * grid + col
 
 
-def mask_container(texts: list[str], carrying: np.ndarray, mask: np.ndarray) -> list[str]:
-    """``texts`` with, where ``mask`` and the expert heads for the block (``carrying`` False), the container's
-    name replaced by [UNK]: the step's action does not depend on it (``sim.expert.carrying``). No held-out
-    pairing is made: a masked instruction names the colour alone."""
+def mask_unneeded_word(texts: list[str], carrying: np.ndarray, mask: np.ndarray) -> list[str]:
+    """``texts`` with, where ``mask``, the word the step's action does not need replaced by [UNK]: the
+    container's name while the expert heads for the block (``carrying`` False), the block's colour while it
+    carries the block to the container (``carrying`` True; ``sim.expert.carrying``). No held-out pairing is
+    made: a masked instruction names the colour alone or the container alone."""
     out = []
     for text, carry, m in zip(texts, carrying, mask, strict=True):
-        if m and not carry:
-            container = parse(text)[1]
-            text = " ".join(UNK if w == container else w for w in text.split())
+        if m:
+            colour, container = parse(text)
+            word = colour if carry else container
+            text = " ".join(UNK if w == word else w for w in text.split())
         out.append(text)
     return out
+
+
+def release_rows(demos: Demos) -> np.ndarray:
+    """(M,) bool: the recorded steps whose label ends the carry, the expert opening with the named block
+    over the container, or saying "done"."""
+    return ((demos.gripper == GRIPPER_OPEN) & demos.carrying) | (demos.gripper == GRIPPER_DONE)
 
 
 def trim_padding(words: np.ndarray) -> np.ndarray:
@@ -96,10 +104,19 @@ class GripperTask(Task):
         # thousands of steps more to find the named block at all)
         goal: bool = True
         # the chance that a training example's instruction has the container's name masked ([UNK]) while
-        # the expert heads for the block (``mask_container``), so that finding the block does not lean on
+        # the expert heads for the block (``mask_unneeded_word``), so that finding the block does not lean on
         # which container is named. Off by default: it helped the yellow-with-bowl split find its block
         # and cost the plain split more than it gave (docs/vla.md, one run each)
         container_mask: float = 0.0
+        # the same for the block's colour while the expert carries the block to the container (the move
+        # then does not depend on it). Off by default: with both masks at 0.5 the policy found the yellow
+        # block but still carried it to the box as often (docs/vla.md, one run)
+        colour_mask: float = 0.0
+        # how many times more often a training batch draws the steps where the expert releases the block
+        # over the container or says "done" (``release_rows``), one of each an episode; the policy's
+        # commonest failure is "done" said holding the block there. Off (1) by default: at 3 that failure
+        # halved and finding the block suffered more (docs/vla.md, one run)
+        release_weight: float = 1.0
         noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
         flip: float = 0.05                  # DART: chance a step's executed open/close is flipped
         perturb: float = 0.5                # share of demonstration episodes recorded with the perturbations on
@@ -121,10 +138,12 @@ class GripperTask(Task):
                                  "gets labels / dagger of them")
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
-            for name in ("noise", "flip", "perturb", "container_mask"):
+            for name in ("noise", "flip", "perturb", "container_mask", "colour_mask"):
                 v = getattr(self, name)
                 if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
                     raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
+            if not np.isfinite(self.release_weight) or not 1 <= self.release_weight <= 100:
+                raise ValueError(f"release_weight must be in [1, 100], got {self.release_weight!r}")
             if self.demo_seed is not None and self.demo_seed < 0:
                 raise ValueError(f"demo_seed must be >= 0, got {self.demo_seed}")
             if self.tokenizer is not None:
@@ -142,6 +161,7 @@ class GripperTask(Task):
         self._demos: Demos | None = None
         self.first_rows = 0                     # the steps recorded first (DAgger: round 1's), set by demos()
         self.dagger_calls = 0                   # DAgger: loss calls so far (a round ends every round_steps)
+        self._row_cdf: tuple[int, np.ndarray] | None = None   # release_weight's draw: (rows, cumulative weights)
 
     # -- reading and the tokenizer ------------------------------------------------------------------
     @property
@@ -226,7 +246,7 @@ class GripperTask(Task):
     def examples(self, demos: Demos, rows: np.ndarray, texts: list[str] | None = None):
         """The model's arrays for recorded steps ``rows``: (words, images float [0, 1], actions_in
         [BOS, t0, t1], targets [t0, t1, t2]). ``texts``: the instructions to read instead of the rows' own
-        (``mask_container``'s; [UNK] is then read as the unknown word)."""
+        (``mask_unneeded_word``'s; [UNK] is then read as the unknown word)."""
         tokens = chunk_targets(self.tokenizer, demos, rows, self.settings.chunk)   # (B, 3 K)
         bos = np.full((len(rows), 1), self.settings.action_bins + 3, dtype=np.int64)  # (B, 1)
         words = (self.reader.inputs(demos.texts(rows)) if texts is None
@@ -236,16 +256,30 @@ class GripperTask(Task):
 
     def train_batch(self, rng: np.random.Generator, batch_size: int) -> Batch:
         demos = self.demos()
-        rows = rng.integers(0, len(demos), batch_size)
+        rows = self.draw_rows(rng, batch_size)
         texts = None
-        if self.settings.container_mask:
-            drop = rng.random(batch_size) < self.settings.container_mask             # (B,)
-            texts = mask_container(demos.texts(rows), demos.carrying[rows], drop)
+        if self.settings.container_mask or self.settings.colour_mask:
+            carry = demos.carrying[rows]                                              # (B,)
+            drop = rng.random(batch_size) < np.where(carry, self.settings.colour_mask,
+                                                     self.settings.container_mask)    # (B,)
+            texts = mask_unneeded_word(demos.texts(rows), carry, drop)
         words, images, actions_in, targets = self.examples(demos, rows, texts)
         words = trim_padding(words)
         n_tokens = real_words(words) + batch_size * (N_PATCHES + TOKENS_PER_STEP * self.settings.chunk)
         arrays = (words, images, actions_in, targets) + ((goal_cells(demos.goals[rows]),) if self.settings.goal else ())
         return Batch(arrays, n_tokens=n_tokens, n_inputs=3)
+
+    def draw_rows(self, rng: np.random.Generator, batch_size: int) -> np.ndarray:
+        """A batch's recorded steps (B,) int64, uniform, or with ``release_rows`` drawn ``release_weight``
+        times as often as the rest."""
+        demos = self.demos()
+        if self.settings.release_weight == 1.0:
+            return rng.integers(0, len(demos), batch_size)
+        if self._row_cdf is None or self._row_cdf[0] != len(demos):     # DAgger's rounds add rows
+            w = np.where(release_rows(demos), self.settings.release_weight, 1.0)      # (M,)
+            self._row_cdf = (len(demos), np.cumsum(w) / w.sum())
+        cdf = self._row_cdf[1]
+        return np.minimum(np.searchsorted(cdf, rng.random(batch_size), side="right"), len(cdf) - 1)
 
     def loss(self, model, batch: Batch, rng: np.random.Generator | None, label_smoothing: float = 0.0):
         if self.settings.dagger:                # at a round's end the policy drives and the expert labels
