@@ -98,7 +98,7 @@ def test_a_mask_other_than_the_models_is_refused(explore_runs):  # noqa: F811
 
 def test_minilm_stored_numbers_give_its_attention():
     minilm_dir()
-    from npformer.explore.payload import MiniLMExplorer
+    from npformer.explore.encoders import MiniLMExplorer
     from npformer.nn import Encoder
 
     ex = MiniLMExplorer()

@@ -33,8 +33,9 @@ from . import knockout as ko
 from . import relevance as rel
 from . import targets as tg
 from .arrays import encode_array, map_array, mask_array
+from .images import image_json, patch_labels
 from .kinds import action_label
-from .payload import RunExplorer, _as_model, _check_text, _image_json, _model_info, _patch_labels, _target, head_stats
+from .payload import RunExplorer, _as_model, _check_text, _model_info, _target, head_stats
 
 SLOTS = ("dx", "dy", "gripper")
 COMMANDS = ("open", "close", "done")
@@ -163,7 +164,7 @@ class EpisodeExplorer(RunExplorer):
             names = [f"w{j}" for j in range(real)]
         names += [f"w{j}" for j in range(len(names), real)]
         pads = n_words - real
-        patches = _patch_labels(model.config.image_size // model.config.patch_size)
+        patches = patch_labels(model.config.image_size // model.config.patch_size)
         return (names + ["<pad>"] * pads + patches,
                 ["word"] * real + ["pad"] * pads + ["patch"] * len(patches))
 
@@ -210,7 +211,7 @@ class EpisodeExplorer(RunExplorer):
                                     f"{COMMANDS[int(grip[0])]}",
                            "output": ", ".join(names), "targets": targets, "knockout": knock,
                            "groups": [self._group(g, acts, key_labels, kinds + ["action"] * len(SLOTS), relevance)],
-                           "image": _image_json(frames[i] / 255.0, c.patch_size, lay["patches"].start),
+                           "image": image_json(frames[i] / 255.0, c.patch_size, lay["patches"].start),
                            "meta": {"instruction": world.instruction, "seed": seed, "perturb": int(world.perturb),
                                     "step": f"{i + 1} of {n}"}})
             p = ep["dists"][i]                                                         # (A, V_a)
@@ -228,7 +229,7 @@ class EpisodeExplorer(RunExplorer):
             "moves": [[round(float(v), 5) for v in m] for m in tok.decode(tokens)[0]],
             "top": top,
             "dists": encode_array(np.stack(dists), "f16"),                              # (S, 2, B)
-            "final_image": _image_json(frames[n] / 255.0, c.patch_size, lay["patches"].start),
+            "final_image": image_json(frames[n] / 255.0, c.patch_size, lay["patches"].start),
         }
         return inputs, episode
 

@@ -9,13 +9,18 @@ gradient-weighted relevance with one run of the model's own backward (``relevanc
 statistics. Arrays go into the JSON compactly (``encode_array``): q, k, v float32 (the page's step
 view recomputes the weights from them, so they stay exact), maps as 8-bit or float16.
 
-Model kinds and what an input is:
+Model kinds and what an input is (the first two here, the others in the module named):
     transformer (dates, copy)   {"text"}: the source; the output is greedy decoding's
     decoder_lm (text)           {"text"}: the prompt; the target is the next character predicted
     vit (digits)                {"index"}: a test image; targets the predicted class (and the label)
+                                (explore/images.py)
     vla (tabletop)              {"seed", "instruction"}: a scene and what to do; targets pick and place
+                                (explore/images.py)
+    action_lm (gripper)         {"seed", "instruction", "perturb"}: an episode (explore/episode.py)
     minilm, bert, roberta, ...  {"text"}: a sentence; targets [CLS] and the mean-pooled embedding
-                                (all-MiniLM-L6-v2, or a BERT-family Hugging Face directory: HF_EXPLORERS)
+                                (all-MiniLM-L6-v2, or a BERT-family Hugging Face directory: HF_EXPLORERS;
+                                explore/encoders.py)
+    gpt2                        {"text"}: a prompt (explore/causal.py)
 Dimension legend: L layers, H heads, Tq/Tk query/key tokens, D head size, T tokens.
 """
 from __future__ import annotations
@@ -23,11 +28,9 @@ from __future__ import annotations
 import base64
 import importlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..train.probe import unit_to_u8
 from . import capture as cap
 from . import knockout as ko
 from . import relevance as rel
@@ -37,7 +40,6 @@ from .arrays import encode_array
 from .arrays import map_array as _map_array
 from .arrays import mask_array as _mask_array
 from .kinds import label_kinds
-from .words import truncation, word_fields
 
 VERSION = 1
 MAX_TARGETS = 24                       # an encoder-decoder's output tokens explained, at most
@@ -334,230 +336,17 @@ class LMExplorer(RunExplorer):
         return lab, lab
 
 
-def _patch_labels(grid: int) -> list[str]:
-    return [f"p({r},{c})" for r in range(grid) for c in range(grid)]
-
-
-def _image_json(image: np.ndarray, patch: int, offset: int) -> dict:
-    img = np.asarray(image, dtype=np.float64)
-    if img.shape[-1] == 1:
-        img = np.repeat(img, 3, axis=-1)                                      # grey -> RGB
-    grid = img.shape[0] // patch
-    rgb = unit_to_u8(img)                                                    # (H, W, 3), bytes as they are
-    return {"rgb": {"dtype": "u8", "shape": list(rgb.shape), "b64": base64.b64encode(rgb.tobytes()).decode("ascii")},
-            "patch": int(patch), "grid": [grid, grid], "patch_token_offset": int(offset)}
-
-
-class ViTExplorer(RunExplorer):
-    """A digits run (ViT): a test image by index; targets the predicted class and, if other, the label."""
-
-    fields = [{"name": "index", "label": "test image (index)", "kind": "int", "default": 0}, tg.FIELD]
-
-    def default_inputs(self) -> list[dict]:
-        return [{"index": 0}]
-
-    def _tokens(self) -> tuple[list[str], list[str], int]:
-        c = self.run.model.config
-        cls = c.pool == "cls"
-        patches = _patch_labels(c.image_size // c.patch_size)
-        return (["[CLS]"] if cls else []) + patches, (["special"] if cls else []) + ["patch"] * len(patches), int(cls)
-
-    def explain(self, inp: dict) -> dict:
-        task, model = self.run.task, self.run.model
-        n = len(task.x_test)
-        try:
-            i = int(inp.get("index"))  # type: ignore[arg-type]  # None raises TypeError, answered below
-        except (TypeError, ValueError):
-            raise ValueError(f"a digits input is a test-image index 0..{n - 1}, got {inp.get('index')!r}") from None
-        if not 0 <= i < n:
-            raise ValueError(f"test-image index must be in 0..{n - 1}, got {i}")
-        x = task.x_test[i:i + 1].astype(model.dtype)                          # (1, 8, 8, 1)
-        logits, cache = model.forward(x)                                      # (1, K)
-        pred, label = int(logits[0].argmax()), int(task.y_test[i])
-        groups = cap.capture("vit", cache, {"self": None})
-        tokens, kinds, offset = self._tokens()
-        query = 0 if offset else None
-        relevance, targets, names = {}, [], []
-        n_cls = logits.shape[-1]
-        choices = tg.choose(logits, [pred], _chosen(inp, {"cls": 0}, {}, n_cls, "class"), extra=((0, label),))
-        for ch in choices:
-            words = (["chosen"] if ch.chosen else []) + ["predicted" if ch.rank == 0 else f"alternative {ch.rank}"]
-            name = f"class {ch.id} ({', '.join(words + (['label'] if ch.id == label != pred else []))})"
-            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.id)), cache)
-            relevance[name] = rel.self_relevance(groups["self"].weights,
-                                                 rel.stacked(grads, "encoder", model.config.n_layers))
-            names.append(name)
-            targets.append(_target(name, "self", query, f"logit of class {ch.id}", ch, "cls", str(ch.id)))
-        knock = ko.knockout_json(model, "vit", groups,
-                                 lambda k: model.forward(np.repeat(x, k, 0).astype(model.dtype))[0][:, None],
-                                 choices, {"self": relevance}, names, {"self": [query] * len(names)})
-        return {"knockout": knock, "label": f"test image {i}", "output": f"class {pred} (label {label})",
-                "meta": {"label": label, "predicted": pred}, "targets": targets,
-                "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
-                "image": _image_json(task.x_test[i], model.config.patch_size, offset)}
-
-    def probe_labels(self, inputs, group):
-        tokens = self._tokens()[0]
-        return tokens, tokens
-
-
-class VLAExplorer(RunExplorer):
-    """A tabletop run (VLA): a scene by seed and an instruction; targets the pick and place actions."""
-
-    fields = [{"name": "instruction", "label": "instruction", "kind": "text", "default": ""},
-              {"name": "seed", "label": "scene seed", "kind": "int", "default": 0}, tg.FIELD]
-    max_inputs = 2
-
-    def default_inputs(self) -> list[dict]:
-        return [{"seed": 0}]
-
-    def _tokens(self, words: list[str], n_slots: int) -> tuple[list[str], list[str]]:
-        c = self.run.model.config
-        patches = _patch_labels(c.image_size // c.patch_size)
-        pads = n_slots - len(words)
-        return (["PICK", "PLACE"] + list(words) + ["<pad>"] * pads + patches,
-                ["action"] * 2 + ["word"] * len(words) + ["pad"] * pads + ["patch"] * len(patches))
-
-    def explain(self, inp: dict) -> dict:
-        from ..data.tabletop import model_words, reader_for
-        from ..data.tabletop_policy import act, scene_for_seed
-
-        model = self.run.model
-        try:
-            seed = int(inp.get("seed", 0))
-        except (TypeError, ValueError):
-            raise ValueError(f"seed must be an integer >= 0, got {inp.get('seed')!r}") from None
-        scene, made_up = scene_for_seed(seed)
-        instruction = inp.get("instruction") or made_up
-        _check_text(instruction)
-        res = act(model, scene, instruction)                  # checks the instruction against the scene
-        words = model_words(reader_for(model), model, [instruction])        # (1, L) or (1, L, S)
-        logits, cache = model.forward(words, scene.image[None].astype(model.dtype))  # (1, 2, N)
-        lay = model.layout(words.shape[1])
-        keep = np.ones(lay["patches"].stop, dtype=bool)                      # (T,) padded words are no keys
-        keep[lay["words"]] = model.word_mask(words)[0]
-        groups = cap.capture("vla", cache, {"self": np.broadcast_to(keep, (len(keep), len(keep)))})
-        tokens, kinds = self._tokens(res["words"], words.shape[1])
-        relevance, targets, names = {}, [], []
-        n_cells = logits.shape[-1]
-        choices = tg.choose(logits[0], [res["pick"], res["place"]],
-                            _chosen(inp, {"pick": 0, "place": 1}, {}, n_cells, "cell"))
-        for ch in choices:
-            action = ("pick", "place")[ch.slot]
-            name = action if ch.rank == 0 and not ch.chosen else f"{action}: cell {ch.id}{tg.suffix(ch)}"
-            grads = rel.attention_grads(model, model.backward, _one_hot(logits.shape, (0, ch.slot, ch.id)), cache)
-            relevance[name] = rel.self_relevance(groups["self"].weights,
-                                                 rel.stacked(grads, "encoder", model.config.n_layers))
-            names.append(name)
-            targets.append(_target(name, "self", ch.slot, f"logit of {action} cell {ch.id}", ch, action, str(ch.id)))
-        image = scene.image[None].astype(model.dtype)                        # (1, H, W, 3)
-        knock = ko.knockout_json(model, "vla", groups,
-                                 lambda k: model.forward(_as_model(np.repeat(words, k, 0), model),
-                                                         np.repeat(image, k, 0).astype(model.dtype))[0],
-                                 choices, {"self": relevance}, names, {"self": [ch.slot for ch in choices]})
-        meta = {k: res[k] for k in ("pick", "place", "true_pick", "true_place")}
-        meta.update(seed=seed, p_pick=round(res["p_pick"], 4), p_place=round(res["p_place"], 4))
-        return {"label": f"scene {seed}: {instruction}",
-                "output": f"pick cell {res['pick']}, place cell {res['place']}",
-                "meta": meta, "targets": targets, "knockout": knock,
-                "groups": [group_json("self", groups["self"], tokens, tokens, kinds, kinds, relevance)],
-                "image": _image_json(scene.image, model.config.patch_size, lay["patches"].start)}
-
-    def probe_labels(self, inputs, group):
-        from ..data.tabletop import VOCAB
-
-        words = inputs[0][0]
-        if words.ndim == 1:                                                  # word ids
-            names = [VOCAB[int(i)] for i in words if int(i) != 0]
-        else:                                                                # MiniLM states: no words kept
-            names = [f"w{j}" for j in range(int((words != 0).any(-1).sum()))]
-        tokens, _ = self._tokens(names, len(words))
-        return tokens, tokens
-
-
-class MiniLMExplorer(Explorer):
-    """all-MiniLM-L6-v2 (``npformer.pretrained``), or the BERT-family directory ``model_dir`` (a
-    sentence-transformers or a plain Hugging Face one; kind: its model_type): one or two sentences, word
-    pieces; targets the first piece ([CLS]) and the mean-pooled embedding (before any L2 norm)."""
-
-    kind = "minilm"
-    fields = [{"name": "text", "label": "sentence", "kind": "text", "default": ""}]
-    max_inputs = 2
-
-    def __init__(self, model_dir=None) -> None:
-        from ..pretrained import SentenceEncoder
-
-        self.encoder = SentenceEncoder.load(model_dir)
-        c = self.encoder.model.config
-        self.kind = c.model_type if model_dir else "minilm"
-        info = {"d_model": c.hidden_size, "n_heads": c.num_attention_heads,
-                "head_dim": c.hidden_size // c.num_attention_heads, "norm": "post"}
-        name = Path(self.encoder.path).name if model_dir else "all-MiniLM-L6-v2"  # type: ignore[arg-type]  # load set path
-        super().__init__(name, info)
-
-    def default_inputs(self) -> list[dict]:
-        return [{"text": "A man is playing a guitar."}, {"text": "Someone plays an instrument."}]
-
-    def embed(self, text: str):
-        """(ids (T,), word pieces, hidden states (1, T, E), cache)."""
-        tok = self.encoder.tokenizer
-        ids = tok.encode([text])[0]                                           # (T,)
-        h, cache = self.encoder.model.forward(ids[None])                      # (1, T, E)
-        return ids, tok.tokens([text])[0], h, cache
-
-    def payload(self, inputs: list[dict]) -> dict:
-        out = super().payload(inputs)
-        if len(out["inputs"]) == 2:                                           # the two sentences' similarity
-            a, b = (np.array(i["meta"].pop("_embedding")) for i in out["inputs"])
-            cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-            for i in out["inputs"]:
-                i["meta"]["cosine similarity"] = round(cos, 4)
-        for i in out["inputs"]:
-            i["meta"].pop("_embedding", None)
-        return out
-
-    def explain(self, inp: dict) -> dict:
-        text = _check_text(inp.get("text"))
-        model = self.encoder.model
-        ids, pieces, h, cache = self.embed(text)
-        t = len(ids)
-        groups = cap.capture("bert", cache, {"self": None})
-        cls, mean = h[0, 0].astype(np.float64), h[0].mean(axis=0).astype(np.float64)  # (E,)
-        d_cls = np.zeros_like(h)
-        d_cls[0, 0] = cls / np.linalg.norm(cls)                               # d |h_cls| / d h
-        d_mean = np.broadcast_to((mean / np.linalg.norm(mean) / t).astype(h.dtype), h.shape).copy()  # d |mean| / d h
-        relevance, targets = {}, []
-        for name, dh, query, detail in ((pieces[0], d_cls, 0, f"length of the {pieces[0]} output vector"),
-                                        ("mean pooled", d_mean, None, "length of the mean-pooled embedding")):
-            grads = rel.attention_grads(model.encoder, model.encoder.backward, dh, cache[1])
-            relevance[name] = rel.self_relevance(groups["self"].weights,
-                                                 rel.stacked(grads, "", model.config.num_hidden_layers))
-            targets.append(_target(name, "self", query, detail))
-
-        def vectors(k):                                                       # (k, 2, E): [CLS], mean pooled
-            hk = model.forward(np.repeat(ids[None], k, 0))[0]                 # (k, T, E)
-            return np.stack([hk[:, 0], hk.mean(axis=1)], axis=1)
-        knock = ko.knockout_json(model, "bert", groups, vectors, [], {"self": relevance}, ["[CLS]", "mean pooled"],
-                                 {"self": [0, None]}, vectors=True)
-        kinds = ["special" if p in ("[CLS]", "[SEP]", "<s>", "</s>") else "word" for p in pieces]
-        g = group_json("self", groups["self"], pieces, pieces, kinds, kinds, relevance)
-        g.update(word_fields(pieces, pieces))
-        tok = self.encoder.tokenizer
-        return {"label": text, "output": f"{t} word pieces; embedding of {h.shape[-1]} numbers",
-                "meta": {"word pieces": t, "_embedding": mean.tolist()}, "targets": targets, "knockout": knock,
-                "groups": [g], "image": None,
-                "truncated": truncation(text, tok.spans([text])[0], pieces, tok.max_length)}
-
-
 # -- opening a source ------------------------------------------------------------------------------
-EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer, "vit": ViTExplorer, "vla": VLAExplorer}
-# a run's model kind -> the module whose open_run(run) explores it (imported when needed: it imports this module);
-# action_lm: a policy that acts over time, shown as its episode (explore/episode.py)
-RUN_MODULES = {"action_lm": "npformer.explore.episode"}
-# a Hugging Face directory's config.json model_type -> its explorer class, or the module whose open_dir(path)
-# explores one (imported when needed: explore.causal imports this module)
-HF_EXPLORERS: dict[str, Any] = {"bert": MiniLMExplorer, "roberta": MiniLMExplorer, "distilbert": MiniLMExplorer,
-                                "gpt2": "npformer.explore.causal"}
+EXPLORERS = {"transformer": Seq2SeqExplorer, "decoder_lm": LMExplorer}
+# a run's model kind -> the module whose open_run(run) explores it (imported when needed: it imports this
+# module): the image models (explore/images.py), and a policy that acts over time, shown as its episode
+# (explore/episode.py)
+RUN_MODULES = {"vit": "npformer.explore.images", "vla": "npformer.explore.images",
+               "action_lm": "npformer.explore.episode"}
+# a Hugging Face directory's config.json model_type -> the module whose open_dir(path) explores one
+# (imported when needed: each imports this module)
+HF_EXPLORERS = {"bert": "npformer.explore.encoders", "roberta": "npformer.explore.encoders",
+                "distilbert": "npformer.explore.encoders", "gpt2": "npformer.explore.causal"}
 
 
 def open_explorer(source) -> Explorer:
@@ -567,13 +356,12 @@ def open_explorer(source) -> Explorer:
     from ..train.checkpoint import load_run
 
     if str(source) == "minilm":
-        return MiniLMExplorer()
+        return importlib.import_module(HF_EXPLORERS["bert"]).open_dir()
     if (hf := model_type(source)) is not None:
         if hf not in HF_EXPLORERS:
             raise ValueError(f"{Path(source) / 'config.json'}: model_type {hf!r} is not supported: the explorer "
                              f"opens {', '.join(HF_EXPLORERS)} directories")
-        opener = HF_EXPLORERS[hf]
-        return importlib.import_module(opener).open_dir(source) if isinstance(opener, str) else opener(source)
+        return importlib.import_module(HF_EXPLORERS[hf]).open_dir(source)
     run = load_run(source)
     kind = run.config["model_kind"]
     if kind in RUN_MODULES:
@@ -594,7 +382,7 @@ def parse_inputs(ex: Explorer, inputs: list[str], seed: int | None = None,
         return [{"seed": 0 if seed is None else seed, "instruction": instruction, "perturb": int(perturb)}]
     if perturb:
         raise ValueError("--perturb is for a gripper run (an episode with the world's perturbations)")
-    if isinstance(ex, VLAExplorer):
+    if getattr(ex, "scene_inputs", False):                       # a tabletop run (explore/images.py)
         if inputs:
             raise ValueError("a tabletop run takes --seed S and --instruction TEXT, not positional inputs")
         return [{"seed": 0 if seed is None else seed, "instruction": instruction}]
