@@ -136,7 +136,7 @@ def probe(what: str, raw: bool = False) -> None:
 
 
 def grasp(run: str, n: int) -> None:
-    from npformer.sim.episodes import play
+    from npformer.sim.episodes import run_episodes
     from npformer.sim.world import BLOCK_SIZE, GRIPPER_CLOSE, PICK_RADIUS
     from npformer.train.checkpoint import load_run
 
@@ -159,8 +159,7 @@ def grasp(run: str, n: int) -> None:
             err = float(np.abs(np.clip(move, -1, 1) - want["move"]).max())
             arrivals.append((command == GRIPPER_CLOSE, err))
 
-    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(n)]
-    results, summary = play(policy.act_batch, seeds, [{"split": "test", "perturb": False}] * n, watch=watch)
+    results, summary = run_episodes(policy.act_batch, n, 0, watch=watch)
     d = np.array([a[0] for a in attempts])
     print(f"{run}: {n} episodes, {summary['outcomes']['success']} successes; "
           f"{sum(r.outcome == 'never_grasped' for r in results)} never_grasped")
@@ -178,7 +177,7 @@ def grasp(run: str, n: int) -> None:
 
 
 def heldout(run: str, n: int) -> None:
-    from npformer.sim.episodes import play
+    from npformer.sim.episodes import run_episodes
     from npformer.train.checkpoint import load_run
 
     r = load_run(run, task="gripper")
@@ -195,8 +194,7 @@ def heldout(run: str, n: int) -> None:
                  - float(np.hypot(c[0] - gx, c[1] - gy)) for k, c in info["containers"].items()}
             heads[min(d, key=d.get)] += 1
 
-    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(n)]
-    results, summary = play(policy.act_batch, seeds, [{"split": "yellow_bowl", "perturb": False}] * n, watch=watch)
+    results, summary = run_episodes(policy.act_batch, n, 0, split="yellow_bowl", watch=watch)
     colours = [first.get(i) for i in range(n)]
     print(f"{run}: {n} yellow-with-bowl episodes, {summary['outcomes']} (truncated {summary['truncated']})")
     print(f"first grasp: yellow {colours.count('yellow')}, another block "
@@ -209,8 +207,8 @@ def heldout(run: str, n: int) -> None:
 
 def release(run: str) -> None:
     from npformer.data.gripper import release_rows
-    from npformer.sim.episodes import play
-    from npformer.sim.world import GRIPPER_DONE, GRIPPER_OPEN
+    from npformer.sim.episodes import run_episodes
+    from npformer.sim.world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN
     from npformer.train.checkpoint import load_run
 
     r = load_run(run, task="gripper")
@@ -225,7 +223,7 @@ def release(run: str) -> None:
             mine = demos.gripper[rows] == command
             counts = np.bincount(picked[mine], minlength=3)
             print(f"{run}, {label}: {mine.sum()} steps where the expert says {name}: the policy says open "
-                  f"{counts[GRIPPER_OPEN]}, close {counts[1]}, done {counts[GRIPPER_DONE]}")
+                  f"{counts[GRIPPER_OPEN]}, close {counts[GRIPPER_CLOSE]}, done {counts[GRIPPER_DONE]}")
     wrong: list[float] = []
     row = [0]                                # the live episode's row in the step's batch: play() watches the
                                              # live episodes in the order it handed them to act
@@ -239,9 +237,8 @@ def release(run: str) -> None:
             wrong.append(float(policy.last["probs"][row[0], 2].max()))
         row[0] += 1
 
-    seeds = [episode_seed(0, EVAL_STREAM, i) for i in range(200)]
-    results, _ = play(act, seeds, [{"split": "test", "perturb": False}] * 200, watch=watch)
-    print(f"{run}: closed loop, 200 test episodes: {sum(r.outcome == 'held_at_end' for r in results)} held_at_end; "
+    results, _ = run_episodes(act, 200, 0, watch=watch)
+    print(f"{run}: closed loop, 200 test episodes: {sum(e.outcome == 'held_at_end' for e in results)} held_at_end; "
           f"{len(wrong)} steps said done holding the named block, its probability there: "
           f"{', '.join(f'{p:.2f}' for p in sorted(wrong))}")
 

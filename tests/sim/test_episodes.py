@@ -67,9 +67,11 @@ def test_never_closing_scores_never_grasped():
     def act(images, instructions):
         return np.tile(np.float32([0.3, -0.2]), (len(images), 1)), np.full(len(images), GRIPPER_OPEN)
 
-    _, summary = run_episodes(act, 10, seed=1, perturb=True)
+    seen: list = []
+    _, summary = run_episodes(act, 10, seed=1, perturb=True, watch=lambda i, info, move, command: seen.append(i))
     assert summary["success"] == 0.0 and summary["outcomes"]["never_grasped"] == 10
     assert summary["truncated"] == 10 and summary["mean_steps"] == MAX_STEPS
+    assert sorted(seen) == sorted(list(range(10)) * MAX_STEPS)       # watch sees every step of every episode
 
 
 def _ended(seed: int, held=None, grasped=(), at=None) -> World:

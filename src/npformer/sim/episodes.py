@@ -116,11 +116,12 @@ def play(act, seeds: list[int], options: list[dict], watch=None) -> tuple[list[E
 
 
 def run_episodes(act, n: int, seed: int, split: str = "test", perturb: bool = False,
-                 instructions: list | None = None) -> tuple[list[EpisodeResult], dict]:
+                 instructions: list | None = None, watch=None) -> tuple[list[EpisodeResult], dict]:
     """``n`` fresh evaluation episodes, episode i from ``episode_seed(seed, EVAL_STREAM, i)``, played by ``act``.
 
     ``instructions``: None (each drawn from ``split``), or n entries, each an instruction string or an
-    (instruction, colour, container) triple, given to episode i. Returns (results, summary).
+    (instruction, colour, container) triple, given to episode i. ``watch``: as ``play``'s. Returns
+    (results, summary).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
@@ -136,4 +137,4 @@ def run_episodes(act, n: int, seed: int, split: str = "test", perturb: bool = Fa
             else:
                 o["instruction"], o["target"] = entry[0], (entry[1], entry[2])
         options.append(o)
-    return play(act, [episode_seed(seed, EVAL_STREAM, i) for i in range(n)], options)
+    return play(act, [episode_seed(seed, EVAL_STREAM, i) for i in range(n)], options, watch=watch)
