@@ -64,6 +64,9 @@ def cases(rows: int, width: int) -> dict:
     def dropout_add(y):
         return ops.dropout_add_forward(y, x, 0.1, np.random.default_rng(1), out=y)
 
+    def dropout(y):
+        return ops.dropout_forward(y, 0.1, np.random.default_rng(1), out=y)
+
     def xent(lg):
         loss, c = ops.cross_entropy_forward(lg, targets, label_smoothing=0.1)
         return loss, ops.cross_entropy_backward(1.0, c)
@@ -78,7 +81,7 @@ def cases(rows: int, width: int) -> dict:
     return {"layernorm fwd+bwd": (lambda: (x,), ln), "gelu fwd+bwd (bias)": (lambda: (h,), gelu),
             "gelu_tanh fwd+bwd (bias)": (lambda: (h,), gelu_tanh),
             "softmax scale+mask fwd+bwd": (lambda: (scores.copy(),), softmax),
-            "dropout + residual": (lambda: (x.copy(),), dropout_add),
+            "dropout + residual": (lambda: (x.copy(),), dropout_add), "dropout": (lambda: (x.copy(),), dropout),
             "cross-entropy fwd+bwd": (lambda: (logits,), xent), "embedding backward": (lambda: (x,), emb),
             "adam step": (lambda: (Adam({"p": grad["p"] * f32(0.5)}, lr=1e-3),), adam)}
 

@@ -85,7 +85,9 @@ def test_gelu_twin(dtype, form):
                                                                              ops.gelu_tanh_backward)
     names = ["gelu_forward", "gelu_backward"] if form == "erf" else ["gelu_tanh_forward", "gelu_tanh_backward"]
     extremes = np.array([-30.0, -12.0, -5.0, -2.9, -1e-3, 0.0, 1e-3, 2.9, 5.0, 12.0])
-    for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1))):
+    # (2, 4100) and 9,001 elements: rows split at 4,096 elements among threads, the tail checked 64 at a time
+    for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1)),
+              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3):
         x = x.astype(dtype)
         dy = rng.standard_normal(x.shape).astype(dtype)
         for bias in (None, rng.standard_normal(x.shape[-1]).astype(dtype)):
@@ -146,19 +148,45 @@ def test_attention_runs_the_softmax_twin(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(3, 17), (256, 513)])   # the one stream, and the row blocks' streams
-def test_dropout_add_twin(dtype, shape):
+@pytest.mark.parametrize("shape", [(3, 17), (256, 513), (3, 173, 301)])   # one stream; 2 blocks; 8 blocks, odd size
+@pytest.mark.parametrize("residual", [True, False])
+def test_dropout_twins(dtype, shape, residual):
+    """The twin's mask is the reference's, bit for bit (the blocked shapes: the twin runs each block's
+    SFC64 stream itself), in place or not; dropped units are exact zeros (or x exactly)."""
     rng = np.random.default_rng(5)
     y, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    op = "dropout_add_forward" if residual else "dropout_forward"
 
-    def run(y, x, seed):
-        out, mask = ops.dropout_add_forward(y, x, 0.3, np.random.default_rng(seed), out=y)
-        return out, mask
+    def run(y, x, seed, in_place):
+        g = np.random.default_rng(seed)
+        out = y if in_place else None
+        if residual:
+            return ops.dropout_add_forward(y, x, 0.3, g, out=out)
+        return ops.dropout_forward(y, 0.3, g, out=out)
 
-    (t_out, t_mask), (r_out, r_mask) = both(["dropout_add_forward"], run, y, x, 7)
-    assert np.array_equal(t_mask, r_mask)                             # the same draws, the same mask
-    close(t_out, r_out)
-    assert np.array_equal(t_out[t_mask == 0], x[t_mask == 0])         # dropped units: x exactly
+    for in_place in (True, False):
+        (t_out, t_mask), (r_out, r_mask) = both([op], run, y, x, 7, in_place)
+        assert np.array_equal(t_mask, r_mask)                         # the same draws, the same mask
+        assert set(np.unique(t_mask)) == {0, dtype(1 / 0.7)}
+        assert abs((t_mask == 0).mean() - 0.3) < 0.05
+        close(t_out, r_out)
+        dropped = t_mask == 0
+        assert np.array_equal(t_out[dropped], x[dropped] if residual else np.zeros_like(x[dropped]))
+
+
+def test_dropout_twin_streams_are_numpys_sfc64():
+    """The twin's generator against NumPy's own SFC64, beyond the first buffer (1024 raw outputs):
+    block 0 of a (1, 5000) array keeps where NumPy's draws say."""
+    from npformer.ops import dropout as ref
+    from npformer.ops.fused import dropout as fused
+    y = np.ones((1, 5000), np.float32)
+    cut = np.uint32(1 << 31)
+    states = ref.block_states(11, 1)
+    with ops.use_kernels("numba"):
+        out, mask = fused.dropout_streams(y, None, states, 5000, cut, np.float32(2.0), None)
+    draws = np.random.SFC64(np.random.SeedSequence(11, spawn_key=(0,))).random_raw(2500).view(np.uint32)
+    assert np.array_equal(mask[0] > 0, draws >= cut)
+    assert np.array_equal(out, mask)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

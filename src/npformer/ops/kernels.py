@@ -116,6 +116,7 @@ _BOTH = frozenset(FLOATS)
 _F32 = frozenset({np.dtype(np.float32)})
 PAYS: dict[str, frozenset] = {
     "embedding_backward": _BOTH, "layernorm_forward": _BOTH, "layernorm_backward": _BOTH, "adam": _BOTH,
+    "dropout_forward": _BOTH, "dropout_add_forward": _BOTH,
     "softmax_forward": _F32, "softmax_backward": _F32,
     "gelu_forward": _F32, "gelu_backward": _F32, "gelu_tanh_forward": _F32, "gelu_tanh_backward": _F32,
     "cross_entropy_forward": _F32, "cross_entropy_backward": _F32}
@@ -125,9 +126,8 @@ PAYS: dict[str, frozenset] = {
 # sizes bench_twins measured. Small models gain nothing from a twin, and a process that never meets a
 # large array never imports numba nor loads a kernel (about 1 s).
 AUTO_MIN_ELEMENTS = 1 << 17
-# Not in PAYS (docs/DESIGN.md lists them with their ratios): dropout with the residual add, level with its
-# reference on a quiet machine (the reference's own random draws, which both sides make, are most of its time),
-# and the float64 softmax, GELU and cross-entropy. ``numba`` still runs them; their tests still hold them.
+# Not in PAYS (docs/DESIGN.md lists them with their ratios): the float64 softmax, GELU and cross-entropy.
+# ``numba`` still runs them; their tests still hold them.
 
 
 def twins(op: str, size: int, dtype: Any = None) -> bool:
