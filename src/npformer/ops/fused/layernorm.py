@@ -1,9 +1,10 @@
 """Layer norm's twin, forward and backward: one pass over a row for each.
 
 Mirrors ``ops/layernorm.py`` (``_forward``, ``_backward`` and the weight and bias sums); pinned by
-tests/ops/test_twins.py (test_layernorm_twin). Sums run in float64 along each row; the weight and
-bias gradients add fixed blocks of ROWS rows each, then the blocks in order, so any thread count
-gives the same bits. Dimension legend: R rows, C features.
+tests/ops/test_twins.py (test_layernorm_twin). Sums run in float64 along each row, vectorized
+(``_simd``'s row sums: reassociated, one order for any thread count); the weight and bias gradients add
+fixed blocks of ROWS rows each, then the blocks in order, so any thread count gives the same bits.
+Dimension legend: R rows, C features.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from numba import prange
 
 from ..kernels import Kernel
+from ._simd import row_dots_weighted, row_sq_dev, row_sum
 
 ROWS = 64                     # rows per block of the weight and bias sums (by shape alone)
 
@@ -19,20 +21,14 @@ def _forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float,
              y: np.ndarray, xhat: np.ndarray, rstd: np.ndarray) -> None:
     r, c = x.shape
     for i in prange(r):
-        s = 0.0
-        for j in range(c):
-            s += x[i, j]
-        mean = s / c
-        q = 0.0
-        for j in range(c):
-            d = x[i, j] - mean
-            q += d * d
-        rs = 1.0 / np.sqrt(q / c + eps)
+        xi, yi, hi = x[i], y[i], xhat[i]
+        mean = row_sum(xi, 0, c) / c
+        rs = 1.0 / np.sqrt(row_sq_dev(xi, mean) / c + eps)
         rstd[i] = rs
         for j in range(c):
-            h = (x[i, j] - mean) * rs
-            xhat[i, j] = h
-            y[i, j] = h * weight[j] + bias[j]
+            h = (xi[j] - mean) * rs
+            hi[j] = h
+            yi[j] = h * weight[j] + bias[j]
 
 
 def _backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray, dx: np.ndarray,
@@ -40,18 +36,16 @@ def _backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.nda
     # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)),  dxhat = dy * weight
     r, c = dy.shape
     for b in prange(parts.shape[0]):
+        dw, db = parts[b, 0], parts[b, 1]
         for i in range(b * ROWS, min(r, (b + 1) * ROWS)):
-            s1 = 0.0
-            s2 = 0.0
-            for j in range(c):
-                d = dy[i, j] * weight[j]
-                s1 += d
-                s2 += d * xhat[i, j]
-                parts[b, 0, j] += dy[i, j] * xhat[i, j]
-                parts[b, 1, j] += dy[i, j]
+            dyi, hi, dxi = dy[i], xhat[i], dx[i]
+            s1, s2 = row_dots_weighted(dyi, weight, hi)
             m1, m2 = s1 / c, s2 / c
+            rs = rstd[i]
             for j in range(c):
-                dx[i, j] = (dy[i, j] * weight[j] - m1 - xhat[i, j] * m2) * rstd[i]
+                dw[j] += dyi[j] * hi[j]
+                db[j] += dyi[j]
+                dxi[j] = (dyi[j] * weight[j] - m1 - hi[j] * m2) * rs
 
 
 forward_kernel = Kernel(_forward)

@@ -16,33 +16,44 @@ from numba import prange
 from ..kernels import Kernel
 from ._simd import exp, row_dot, row_max, row_sum
 
+RB = 32                       # rows per task: their exp runs as one long loop over the rows' memory
+
 
 def _forward(x: np.ndarray, scale: np.ndarray, mask: np.ndarray, y: np.ndarray) -> None:
     # x, y (R, N), y may be x; scale (1,) in x's dtype; mask (R, N) bool (True: may attend) or (0, 0)
-    # for none. Per row: y = scale x (-inf where masked), its max, exp(y - max), their sum, y / sum;
-    # each pass over the row a loop that LLVM vectorizes (the row stays in cache between them)
+    # for none. Per row: y = scale x (-inf where masked), minus its max; then exp over a block of RB
+    # rows at once (a short row's vector loop would spend much of its time in its scalar remainder);
+    # then per row their sum and y / sum. Each a loop that LLVM vectorizes; the block stays in cache
     r, n = x.shape
     masked = mask.size > 0
     s = scale[0]
     zero = s - s
-    for i in prange(r):
-        xi, yi = x[i], y[i]
-        if masked:
-            mi = mask[i]
+    for b in prange((r + RB - 1) // RB):
+        lo = b * RB
+        hi = min(r, lo + RB)
+        for i in range(lo, hi):
+            xi, yi = x[i], y[i]
+            if masked:
+                mi = mask[i]
+                for j in range(n):
+                    yi[j] = xi[j] * s if mi[j] else -np.inf
+            else:
+                for j in range(n):
+                    yi[j] = xi[j] * s
+            m = row_max(yi, 0, n)
+            if not math.isfinite(m):   # every key masked (or -inf): 0, as the reference
+                m = zero
             for j in range(n):
-                yi[j] = xi[j] * s if mi[j] else -np.inf
-        else:
+                yi[j] = yi[j] - m
+        block = y[lo:hi].reshape(-1)   # (rows x N,) contiguous: y is C-contiguous
+        for j in range(block.size):
+            block[j] = exp(block[j])   # in x's dtype; masked: exp(-inf) = 0 exactly
+        for i in range(lo, hi):
+            yi = y[i]
+            t = row_sum(yi, 0, n)
+            inv = 1.0 / t if t > 0.0 else 0.0
             for j in range(n):
-                yi[j] = xi[j] * s
-        m = row_max(yi, 0, n)
-        if not math.isfinite(m):       # every key masked (or -inf): 0, as the reference
-            m = zero
-        for j in range(n):
-            yi[j] = exp(yi[j] - m)     # in x's dtype; masked: exp(-inf) = 0 exactly
-        t = row_sum(yi, 0, n)
-        inv = 1.0 / t if t > 0.0 else 0.0
-        for j in range(n):
-            yi[j] = yi[j] * inv
+                yi[j] = yi[j] * inv
 
 
 def _backward(dy: np.ndarray, y: np.ndarray, scale: np.ndarray, dx: np.ndarray) -> None:
