@@ -14,9 +14,10 @@ V_A = BINS + 3                                         # dx, dy bins, then three
 ALLOWED = [np.arange(BINS), np.arange(BINS), np.arange(BINS, V_A)]
 
 
-def model_and_inputs(dtype, norm_first, text_dim=0, seed=0, b=4):
+def model_and_inputs(dtype, norm_first, text_dim=0, seed=0, b=4, word_reads="prefix"):
     cfg = ActionLMConfig(vocab_size=11, max_words=6, image_size=8, patch_size=4, action_vocab=V_A, action_len=3,
-                         d_model=16, n_heads=2, d_ff=24, n_layers=2, norm_first=norm_first, text_dim=text_dim)
+                         d_model=16, n_heads=2, d_ff=24, n_layers=2, norm_first=norm_first, text_dim=text_dim,
+                         word_reads=word_reads)
     model = ActionLM(cfg, rng=seed, dtype=dtype).eval()
     rng = np.random.default_rng(seed)
     for p in model.state_dict().values():
@@ -45,9 +46,10 @@ def softmax(z):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("norm_first,text_dim", [(True, 0), (False, 0), (True, 5)])
-def test_cached_decode_equals_the_full_forward(dtype, norm_first, text_dim):
-    model, words, images = model_and_inputs(dtype, norm_first, text_dim)
+@pytest.mark.parametrize("norm_first,text_dim,word_reads", [(True, 0, "prefix"), (False, 0, "prefix"),
+                                                             (True, 5, "prefix"), (True, 0, "self")])
+def test_cached_decode_equals_the_full_forward(dtype, norm_first, text_dim, word_reads):
+    model, words, images = model_and_inputs(dtype, norm_first, text_dim, word_reads=word_reads)
     tokens, probs = act_tokens(model, words, images, ALLOWED)
     assert tokens.shape == (4, 3) and tokens.dtype == np.int64 and probs.shape == (4, 3, V_A)
     bos = np.full((4, 1), model.config.bos_id)

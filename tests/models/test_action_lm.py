@@ -51,7 +51,7 @@ def batch(cfg, rng, dtype=np.float64, b=3):
 
 
 CONFIGS = [dict(), dict(norm_first=False, positional="sinusoidal", activation="relu"),
-           dict(text_dim=6, vocab_size=1, d_model=12, n_heads=3)]
+           dict(text_dim=6, vocab_size=1, d_model=12, n_heads=3), dict(word_reads="self")]
 
 
 @pytest.mark.parametrize("i", range(len(CONFIGS)))
@@ -248,3 +248,21 @@ def test_inputs_are_checked():
         model.loss(words, images, actions_in, targets + V_A)
     with pytest.raises(ValueError, match="shape of actions_in"):
         model.loss(words, images, actions_in, targets[:, :2])
+
+
+def test_words_that_read_only_themselves():
+    """word_reads="self": each word's row of the mask is itself alone (a padded word too, so no row is empty);
+    the patches and the action tokens read the real words as before; and the words' states no longer depend
+    on one another, so the same weights give other logits."""
+    cfg, model = small(seed=3)
+    alone = ActionLM(ActionLMConfig(**{**cfg.__dict__, "word_reads": "self"}), rng=0, dtype=np.float64)
+    alone.load_state_dict(model.state_dict())
+    words, images, actions_in, _ = batch(cfg, np.random.default_rng(4))
+    n = words.shape[1]
+    m_self, m_prefix = alone.attention_mask(words, 3), model.attention_mask(words, 3)
+    np.testing.assert_array_equal(m_self[:, 0, :n], np.broadcast_to(np.eye(n, m_self.shape[-1], dtype=bool),
+                                                                     (len(words), n, m_self.shape[-1])))
+    np.testing.assert_array_equal(m_self[:, :, n:], m_prefix[:, :, n:])
+    assert not np.allclose(alone.forward(words, images, actions_in)[0], model.forward(words, images, actions_in)[0])
+    with pytest.raises(ValueError, match="word_reads must be one of prefix, self"):
+        ActionLMConfig(**{**cfg.__dict__, "word_reads": "none"})

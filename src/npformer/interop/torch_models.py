@@ -290,6 +290,11 @@ class TorchActionLM(nn.Module):
         blocked = ~((k[None, :] < p) | (k[None, :] <= k[:, None]))          # (T, T), True = may not attend
         pad = torch.zeros(b, t, dtype=torch.bool, device=x.device)           # (B, T)
         pad[:, :n_words] = ~real
+        if self.config.word_reads == "self":                                 # each word reads only itself,
+            alone = k[None, :] == k[:, None]                                 # padded or not: no empty row
+            blocked[:n_words] = ~alone[:n_words]
+            full = blocked[None] | (pad[:, None, :] & ~alone)                # (B, T, T)
+            return self.encoder(x, mask=full.repeat_interleave(self.config.n_heads, 0))   # (B H, T, T)
         return self.encoder(x, mask=blocked, src_key_padding_mask=pad)       # (B, T, E)
 
     def forward(self, words: torch.Tensor, images: torch.Tensor, actions_in: torch.Tensor, goal: bool = False):

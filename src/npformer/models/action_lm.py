@@ -72,6 +72,7 @@ from .config import (
 from .vla import check_text_states
 
 IGNORE = IGNORE_LABEL              # -100: a target that is not scored (torch's cross-entropy default)
+WORD_READS = ("prefix", "self")
 
 
 @dataclass
@@ -96,6 +97,10 @@ class ActionLMConfig(BlockConfig):
     text_dim: int = 0              # 0: words are ids into a learned table; S > 0: S-wide frozen text states
     text_dropout: float = 0.0      # text_dim > 0: dropout on the projected text features, on top of dropout
     goal_head: bool = False        # a pointer from action slot 0 to the goal patch, trained beside the tokens
+    # what an instruction word reads: "prefix" (every word and patch, both ways) or "self" (only itself:
+    # each word's state then depends on that word and its place alone, never on the other words; the
+    # patches and the action tokens still read every word)
+    word_reads: str = "prefix"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_words", "image_size", "patch_size", "in_channels", "action_vocab",
@@ -104,6 +109,8 @@ class ActionLMConfig(BlockConfig):
         check_int("text_dim", self.text_dim, minimum=0)
         check_float("text_dropout", self.text_dropout, 0.0, 1.0)
         check_bool("goal_head", self.goal_head)
+        if self.word_reads not in WORD_READS:
+            raise ValueError(f"word_reads must be one of {', '.join(WORD_READS)}, got {self.word_reads!r}")
         if self.text_dropout and not self.text_dim:
             raise ValueError(f"text_dropout ({self.text_dropout}) drops projected text states: it needs text_dim > 0")
         check_patch_grid(self.image_size, self.patch_size)
@@ -123,11 +130,14 @@ class ActionLMConfig(BlockConfig):
         return self.action_vocab
 
 
-def prefix_lm_mask(t_prefix: int, n_actions: int) -> np.ndarray:
-    """(T, T) bool, True where query q may read key k: k in the prefix (k < t_prefix) or k <= q."""
+def prefix_lm_mask(t_prefix: int, n_actions: int, alone: int = 0) -> np.ndarray:
+    """(T, T) bool, True where query q may read key k: k in the prefix (k < t_prefix) or k <= q; the
+    first ``alone`` queries (the words, with ``word_reads="self"``) read only themselves."""
     t = t_prefix + n_actions
     k = np.arange(t)                                              # (T,)
-    return (k[None, :] < t_prefix) | (k[None, :] <= k[:, None])   # (T, T)
+    rule = (k[None, :] < t_prefix) | (k[None, :] <= k[:, None])   # (T, T)
+    rule[:alone] = np.eye(alone, t, dtype=bool)
+    return rule
 
 
 class ActionLM(Module):
@@ -209,7 +219,15 @@ class ActionLM(Module):
         p = n_words + self.config.n_patches
         keep = np.ones((b, p + n_actions), dtype=bool)            # (B, T): padded words are not keys
         keep[:, :n_words] = self.word_mask(words)
-        return prefix_lm_mask(p, n_actions)[None, None] & keep[:, None, None, :]   # (B, 1, T, T)
+        alone = self.words_alone(n_words)
+        keys = keep[:, None, None, :]                             # (B, 1, 1, T)
+        if alone:                                                 # a word alone reads itself, padded or not
+            keys = keys | np.eye(p + n_actions, dtype=bool)       # (B, 1, T, T)
+        return prefix_lm_mask(p, n_actions, alone)[None, None] & keys   # (B, 1, T, T)
+
+    def words_alone(self, n_words: int) -> int:
+        """How many leading queries read only themselves: the words with ``word_reads="self"``, else none."""
+        return n_words if self.config.word_reads == "self" else 0
 
     def forward(self, words: np.ndarray, images: np.ndarray, actions_in: np.ndarray,
                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, Any]:
