@@ -284,6 +284,19 @@ def test_dropout_inverted_statistics_and_identity():
         dropout_forward(x, 1.0, np.random.default_rng(0))
 
 
+def test_dropout_add_checks_and_identity():
+    from npformer.ops import dropout_add_forward
+    y, x = np.full((3, 4), 2.0), np.ones((3, 4))
+    out, c = dropout_add_forward(y, x, 0.5, None, training=False)
+    assert c is None and np.array_equal(out, y + x)
+    with pytest.raises(ValueError, match="rng"):
+        dropout_add_forward(y, x, 0.1, None)
+    with pytest.raises(ValueError, match="p must be"):
+        dropout_add_forward(y, x, 1.0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"x's shape \(4,\) must be y's \(3, 4\)"):
+        dropout_add_forward(y, x[0], 0.1, np.random.default_rng(0))
+
+
 # ---------------------------------------------------------------- cross-entropy
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -30,16 +30,16 @@ def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None, tr
     mask and output, in one pass."""
     if not training or p == 0.0:
         return x, None
+    return _dropout("dropout_forward", x, None, p, rng, out)
+
+
+def _dropout(op: str, x: np.ndarray, res: np.ndarray | None, p: float, rng: np.random.Generator | None,
+             out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Dropout of x, plus ``res`` when given (the residual sum): (output, mask), on the twin or the reference."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout p must be in [0, 1), got {p}")
     if rng is None:
         raise ValueError("dropout in training needs an explicit rng (np.random.Generator)")
-    return _dropout("dropout_forward", x, None, p, rng, out)
-
-
-def _dropout(op: str, x: np.ndarray, res: np.ndarray | None, p: float, rng: np.random.Generator,
-             out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Dropout of x, plus ``res`` when given (the residual sum): (output, mask), on the twin or the reference."""
     scale = x.dtype.type(1.0 / (1.0 - p))
     twin = _twin_runs(op, x, res, out)
     kernels.record(op, "numba" if twin else "numpy")
@@ -110,10 +110,6 @@ def dropout_add_forward(y: np.ndarray, x: np.ndarray, p: float, rng: np.random.G
     if not training or p == 0.0:
         kernels.record("dropout_add_forward", "numpy")
         return (parallel.add(y, x) if out is None else parallel.add(y, x, out=out)), None
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"dropout p must be in [0, 1), got {p}")
-    if rng is None:
-        raise ValueError("dropout in training needs an explicit rng (np.random.Generator)")
     if x.shape != y.shape:
         raise ValueError(f"dropout_add_forward: x's shape {x.shape} must be y's {y.shape}")
     return _dropout("dropout_add_forward", y, x, p, rng, out)
