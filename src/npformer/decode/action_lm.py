@@ -20,7 +20,7 @@ from functools import partial
 
 import numpy as np
 
-from ..models.action_lm import ActionLM, prefix_lm_mask
+from ..models.action_lm import ActionLM
 from ..models.config import check_ids
 from .kvcache import KVCache, cached_self_attention, check_eval
 from .sample import sample_next
@@ -45,9 +45,8 @@ class CachedActionLM:
         valid = np.ones((b, p), dtype=bool)                                # (B, P): padded words are no keys
         valid[:, :words.shape[1]] = model.word_mask(words)
         mask = self.cache.prefix_mask(p, valid)                            # (B, 1, 1, P): both ways
-        alone = model.words_alone(words.shape[1])
-        if alone:                                                          # word_reads="self": words read themselves
-            mask = (mask | np.eye(p, dtype=bool)) & prefix_lm_mask(p, 0, alone)[None, None]   # (B, 1, P, P)
+        if model.words_alone(words.shape[1]):                              # word_reads="self": the model's own
+            mask = model.attention_mask(words, 0)                          # rule, (B, 1, P, P)
         self._run_layers(x, mask)
         self.cache.advance(p)
         # the prefix's own outputs are never scored: the final norm and the head run on action slots only
