@@ -11,8 +11,8 @@ sum); pinned by tests/ops/test_twins.py (test_dropout_twins). The masks are the 
   them, keeps where a draw is >= cut, and writes the mask and the output. SFC64's step, as NumPy's
   C code takes it: tmp = a + b + counter; counter += 1; a = b ^ (b >> 11); b = c + (c << 3);
   c = rotl(c, 24) + tmp; the output is tmp.
-- small arrays (one stream of ``rng``, float32 uniforms): the draws are NumPy's (``keep_draws``) and
-  only the mask and the sum are fused.
+- small arrays (one stream of ``rng``, float32 uniforms): the draws are NumPy's (``rng.random``, as the
+  reference draws them) and only the mask and the sum are fused.
 
 Dimension legend: N elements (flat), K blocks.
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import prange
+from numba.core.extending import register_jitable
 
 from ..kernels import Kernel
 
@@ -30,6 +31,17 @@ _3 = np.uint64(3)
 _11 = np.uint64(11)
 _24 = np.uint64(24)
 _40 = np.uint64(40)
+
+
+@register_jitable
+def _apply(yc, xc, has_x, mc, oc):  # type: ignore[no-untyped-def]
+    """oc = yc * mc (+ xc): one chunk's output from its mask; xc is empty without a residual. oc may be yc."""
+    if has_x:
+        for i in range(yc.size):
+            oc[i] = yc[i] * mc[i] + xc[i]
+    else:
+        for i in range(yc.size):
+            oc[i] = yc[i] * mc[i]
 
 
 def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, cut: np.uint32, scale: np.ndarray,
@@ -55,18 +67,10 @@ def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, cut: np
                 b = c + (c << _3)
                 c = ((c << _24) | (c >> _40)) + tmp
                 raw[j] = tmp
-            yc, oc, mc = y[lo:lo + m], out[lo:lo + m], mask[lo:lo + m]   # indexed from 0: LLVM vectorizes
-            if has_x:
-                xc = x[lo:lo + m]
-                for i in range(m):
-                    w = s if draws[i] >= cut else zero
-                    mc[i] = w
-                    oc[i] = yc[i] * w + xc[i]
-            else:
-                for i in range(m):
-                    w = s if draws[i] >= cut else zero
-                    mc[i] = w
-                    oc[i] = yc[i] * w
+            mc = mask[lo:lo + m]                                         # indexed from 0: LLVM vectorizes
+            for i in range(m):
+                mc[i] = s if draws[i] >= cut else zero
+            _apply(y[lo:lo + m], x[lo:lo + m], has_x, mc, out[lo:lo + m])
             lo += m
 
 
@@ -79,18 +83,10 @@ def _keep(y: np.ndarray, x: np.ndarray, keep: np.ndarray, scale: np.ndarray, out
     zero = s - s
     for c in prange((n + CHUNK - 1) // CHUNK):
         lo, hi = c * CHUNK, min(n, (c + 1) * CHUNK)
-        yc, kc, oc, mc = y[lo:hi], keep[lo:hi], out[lo:hi], mask[lo:hi]   # indexed from 0: LLVM vectorizes
-        if has_x:
-            xc = x[lo:hi]
-            for i in range(hi - lo):
-                w = s if kc[i] else zero
-                mc[i] = w
-                oc[i] = yc[i] * w + xc[i]
-        else:
-            for i in range(hi - lo):
-                w = s if kc[i] else zero
-                mc[i] = w
-                oc[i] = yc[i] * w
+        kc, mc = keep[lo:hi], mask[lo:hi]                              # indexed from 0: LLVM vectorizes
+        for i in range(hi - lo):
+            mc[i] = s if kc[i] else zero
+        _apply(y[lo:hi], x[lo:hi], has_x, mc, out[lo:hi])
 
 
 streams_kernel = Kernel(_streams)
