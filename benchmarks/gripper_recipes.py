@@ -1,7 +1,7 @@
 """Which change to the gripper recipe makes the policy learn sooner: a quick trial of variants in torch.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/gripper_recipes.py VARIANT
-        [--expert settle|arrive] [--steps 2500] [--episodes 100] [--seed 0] [--every 500]
+        [--expert settle|straight] [--steps 2500] [--episodes 100] [--seed 0] [--every 500]
 
 VARIANT is one of:
     default     the task's policy and recipe (3 layers, lr 2e-3, 1,000 demonstrations, the goal head)
@@ -17,10 +17,10 @@ first action slot to every patch, trained toward the patch of the place the expe
 more scored target beside the action tokens, as ``npformer train gripper`` trains it. Acting never
 reads it.
 
-``--expert`` picks the expert that labels the demonstrations:
-    settle      ``sim.expert_action``, the task's: moves axis by axis, closes or opens only once within
-                half the world's tolerance of its goal
-    arrive      the expert before 2026-12-02, kept here for the comparison: moves straight for its goal
+``--expert`` picks the expert that labels the demonstrations (the task's setting ``expert``):
+    settle      ``sim.expert_action``: moves axis by axis, closes or opens only once within half the
+                world's tolerance of its goal
+    straight    ``sim.expert.straight_action``, the expert before 2026-12-02: moves straight for its goal
                 and closes (opens) on the step it arrives, so the policy must land within the pick
                 radius with the very move it closes on
 
@@ -50,34 +50,10 @@ VARIANTS = {"default": {"layers": 3, "lr": 2e-3, "data": {}},
             "deep-no-goal": {"layers": 6, "lr": 1e-3, "data": {"demos": 3000, "goal": False}}}
 
 
-def arrive_expert(info: dict) -> dict:
-    """The expert before 2026-12-02 (``--expert arrive``): the task's expert, except that each move heads
-    straight for its goal (the larger axis a full step, or exactly the rest when a step or less away) and
-    it closes on the named block, or opens over the container, on the step it arrives."""
-    from npformer.sim import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, MAX_MOVE, expert_action
-    from npformer.sim.expert import heading_for
-
-    clean = expert_action(info)
-    colour = info["target"][0]
-    if clean["gripper"] == GRIPPER_DONE or info["held"] not in (None, colour):
-        return clean                               # done, or a wrong block to put down: as the task's
-    gx, gy, closed = info["gripper"]
-    goal = heading_for(info)
-    delta = np.array([goal[0] - gx, goal[1] - gy])                          # (2,)
-    reach = float(np.abs(delta).max())
-    arrives = reach <= MAX_MOVE
-    move = (delta / MAX_MOVE if arrives else delta / reach).astype(np.float32)
-    if info["held"] == colour:
-        command = GRIPPER_OPEN if arrives else GRIPPER_CLOSE
-    else:
-        command = GRIPPER_CLOSE if arrives and not closed else GRIPPER_OPEN
-    return {"move": move, "gripper": command}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variant", choices=sorted(VARIANTS))
-    ap.add_argument("--expert", choices=("settle", "arrive"), default="settle")
+    ap.add_argument("--expert", choices=("settle", "straight"), default="settle")
     ap.add_argument("--steps", type=int, default=2500)
     ap.add_argument("--episodes", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="the model's and the batches' seed")
@@ -89,17 +65,14 @@ def main() -> None:
     import torch
     import torch.nn.functional as F
 
-    import npformer.sim.demos
     from npformer.data.gripper import GripperTask, goal_cells, trim_padding
     from npformer.interop.torch import to_torch
     from npformer.sim.demos import record_demos
     from npformer.sim.episodes import run_episodes
 
-    if args.expert == "arrive":
-        npformer.sim.demos.expert_action = arrive_expert      # record_demos' labels (and the held-out ones)
     torch.set_num_threads(1)
     v = VARIANTS[args.variant]
-    task = GripperTask.create(v["data"])
+    task = GripperTask.create({**v["data"], "expert": args.expert})
     model = task.build_model(task.model_config({"n_layers": v["layers"]}), np.random.default_rng(args.seed))
     s = task.settings
     tm = to_torch(model).train()
@@ -116,7 +89,8 @@ def main() -> None:
     opt = torch.optim.AdamW([{"params": [q for q in params if q.ndim >= 2], "weight_decay": 0.01},
                              {"params": [q for q in params if q.ndim < 2], "weight_decay": 0.0}],
                             lr=v["lr"], betas=(0.9, 0.98), eps=1e-9)
-    held = record_demos(40, 999, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb)
+    held = record_demos(40, 999, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb,
+                        expert=s.expert)
     hw, hi, ha, ht = task.examples(held, np.arange(len(held)))
     held_goals = goal_cells(held.goals)
     rng = np.random.default_rng(args.seed)

@@ -24,7 +24,7 @@
 - ``grasp``: episodes 0..N-1 of ``npformer eval RUN --seed 0``, watched step by step (``episodes.play``'s
   ``watch``): every grasp attempt (the policy closes an open, empty gripper), how far the gripper was from
   the named block's centre (in block sides; a pick needs half a side or less) and what it picked; and
-  every step where the scripted expert would close on the named block (``sim.expert``: once on it), whether
+  every step where the run's expert (its setting ``expert``) would close on the named block, whether
   the policy closed there too, and how far its move was from the expert's (action units, the larger axis).
 - ``heldout``: episodes 0..N-1 of the yellow-with-bowl split (as ``npformer eval RUN --seed 0`` plays
   them): which block the policy grasps first (the yellow one, another, none), and, while it holds the
@@ -47,7 +47,7 @@ from npformer.data.gripper import GripperTask
 from npformer.sim.demos import record_demos
 from npformer.sim.env import GripperEnv
 from npformer.sim.episodes import EVAL_STREAM
-from npformer.sim.expert import expert_action
+from npformer.sim.expert import EXPERTS, expert_action
 from npformer.sim.render import render
 from npformer.sim.tokens import ActionTokenizer
 from npformer.sim.world import MAX_MOVE, episode_seed, new_episode
@@ -142,6 +142,7 @@ def grasp(run: str, n: int) -> None:
 
     r = load_run(run, task="gripper")
     policy = r.task.policy(r.model)
+    expert = EXPERTS[r.task.settings.expert]                    # the run's own expert
     attempts, arrivals = [], []          # (distance in block sides, what it picked); (closed?, move error)
 
     def watch(i, info, move, command):
@@ -154,7 +155,7 @@ def grasp(run: str, n: int) -> None:
             px, py = np.clip(np.array([gx, gy]) + np.clip(move, -1, 1) * MAX_MOVE, 0.0, 1.0)
             d = float(np.hypot(px - bx, py - by))
             attempts.append((d / BLOCK_SIZE, d <= PICK_RADIUS))
-        want = expert_action(info)
+        want = expert(info)
         if want["gripper"] == GRIPPER_CLOSE:
             err = float(np.abs(np.clip(move, -1, 1) - want["move"]).max())
             arrivals.append((command == GRIPPER_CLOSE, err))
@@ -214,7 +215,8 @@ def release(run: str) -> None:
     r = load_run(run, task="gripper")
     policy = r.task.policy(r.model)
     names = {GRIPPER_OPEN: "open", GRIPPER_DONE: "done"}
-    for label, demos, most in (("held-out (seed 999, clean)", record_demos(300, 999, noise=0.0, flip=0.0, perturb=0.0),
+    for label, demos, most in (("held-out (seed 999, clean)", record_demos(300, 999, noise=0.0, flip=0.0, perturb=0.0,
+                                                                                expert=r.task.settings.expert),
                                 None), ("its own demonstrations", r.task.demos(), 1200)):
         rows = np.flatnonzero(release_rows(demos))[:most]
         picked = np.concatenate([policy.act_batch(demos.images[rows[s:s + 256]], demos.texts(rows[s:s + 256]))[1]

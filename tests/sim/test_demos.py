@@ -49,7 +49,8 @@ def test_demo_seeds_are_disjoint_from_evaluation_seeds():
 
 
 @pytest.mark.parametrize("kwargs, word", [({"n_episodes": 0}, "n_episodes"), ({"noise": -1}, "noise"),
-                                          ({"flip": 2}, "flip"), ({"split": "dev"}, "split")])
+                                          ({"flip": 2}, "flip"), ({"split": "dev"}, "split"),
+                                          ({"expert": "oracle"}, "expert must be one of settle, straight")])
 def test_bad_settings_are_refused(kwargs, word):
     with pytest.raises(ValueError, match=word):
         record_demos(**{"n_episodes": 2, "seed": 0, **kwargs})
@@ -84,3 +85,28 @@ def test_watch_sees_the_state_of_each_recorded_step():
     assert len(seen) == len(d) == 30
     assert [i["step"] for i in seen] == d.step.tolist()
     assert all(i["instruction"] == t for i, t in zip(seen, d.texts(np.arange(len(d))), strict=True))
+
+
+def test_recolour_redraws_only_the_named_block_past_its_grasp_never_yellow():
+    from npformer.sim.language import COLOURS
+
+    plain = record_demos(12, 7, perturb=0.0)
+    info: list[dict] = []
+    some = record_demos(12, 7, perturb=0.0, recolour=0.5, watch=info.append)
+    every = record_demos(12, 7, perturb=0.0, recolour=1.0)
+    for d in (some, every):                  # the same world, labels and noise: only images change
+        for name in ("moves", "gripper", "goals", "carrying", "executed_moves", "executed_gripper", "step"):
+            assert np.array_equal(getattr(d, name), getattr(plain, name)), name
+    differ = (every.images != plain.images).any(axis=(1, 2, 3))                     # (M,)
+    assert np.array_equal(differ, plain.carrying) and plain.carrying.sum() > 20
+    part = (some.images != plain.images).any(axis=(1, 2, 3))
+    assert 0.25 < part[plain.carrying].mean() < 0.75 and not part[~plain.carrying].any()
+    yellow = np.round(np.asarray(COLOURS["yellow"]) * 255)
+    for j in np.flatnonzero(differ):
+        colour = info[j]["target"][0]
+        new = every.images[j][(every.images[j] != plain.images[j]).any(axis=-1)].astype(float)   # (k, 3)
+        assert len(new) and np.abs(new - yellow).max(axis=1).min() > 40     # none of it near yellow
+        old = np.round(np.asarray(COLOURS[colour]) * 255)
+        assert np.abs(new - old).max(axis=1).min() > 40                     # nor the block's own colour
+    with pytest.raises(ValueError, match="recolour"):
+        record_demos(2, 0, recolour=1.5)

@@ -1,27 +1,29 @@
 """The scripted expert: it always succeeds on unperturbed episodes, needs the instruction to, and acts
 sensibly in states off its own path."""
 import numpy as np
+import pytest
 
 from npformer.sim import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, expert_action, new_episode
-from npformer.sim.expert import CLOSE_WITHIN, OPEN_WITHIN
+from npformer.sim.expert import CLOSE_WITHIN, EXPERTS, OPEN_WITHIN, straight_action
 from npformer.sim.world import CONTAINER_INSIDE, CONTAINER_NAMES, PICK_RADIUS, World
 
 
-def _finish(w: World, target=None) -> World:
+def _finish(w: World, target=None, expert=expert_action) -> World:
     """Run the expert (told ``target``, default the instruction's) to the episode's end, without rendering."""
     while not w.over:
         info = w.info()
         if target is not None:
             info["target"] = target
-        a = expert_action(info)
+        a = expert(info)
         w.step(a["move"], a["gripper"])
     return w
 
 
-def test_the_expert_wins_every_unperturbed_episode_of_1000():
+@pytest.mark.parametrize("name", sorted(EXPERTS))
+def test_the_expert_wins_every_unperturbed_episode_of_1000(name):
     steps, fails = [], []
     for seed in range(1000):
-        w = _finish(new_episode(np.random.default_rng(seed), "train" if seed % 2 else "test"))
+        w = _finish(new_episode(np.random.default_rng(seed), "train" if seed % 2 else "test"), expert=EXPERTS[name])
         if not (w.success and w.ended):
             fails.append(seed)
         steps.append(w.steps)
@@ -29,13 +31,14 @@ def test_the_expert_wins_every_unperturbed_episode_of_1000():
     assert np.mean(steps) < 20                  # short episodes: about 14 steps
 
 
-def test_a_random_target_wins_at_most_half():
+@pytest.mark.parametrize("name", sorted(EXPERTS))
+def test_a_random_target_wins_at_most_half(name):
     rng = np.random.default_rng(0)
     wins = 0
     for seed in range(1000):
         w = new_episode(np.random.default_rng(seed))
         fake = (list(w.blocks)[rng.integers(len(w.blocks))], list(w.containers)[rng.integers(len(w.containers))])
-        wins += _finish(w, fake).success
+        wins += _finish(w, fake, EXPERTS[name]).success
     assert wins <= 500
     assert wins >= 100                          # it does finish: a guess is right about a quarter of the time
 
@@ -133,3 +136,24 @@ def test_heading_for_is_the_named_block_until_it_is_held_then_the_container():
     w.held, w.closed = None, False
     w.blocks[colour] = w.containers[container]                 # already in: the container
     assert heading_for(w.info()) == w.containers[container]
+
+
+def test_the_straight_expert_heads_straight_and_closes_on_the_step_it_arrives():
+    from npformer.sim.world import MAX_MOVE
+
+    w = new_episode(np.random.default_rng(11))
+    colour = w.target[0]
+    bx, by = w.blocks[colour]
+    w.gripper, w.closed, w.held = (bx - 0.30, by + 0.15), False, None
+    a = straight_action(w.info())
+    np.testing.assert_allclose(a["move"], [1.0, -0.5], rtol=1e-6)       # the larger axis a full step
+    assert a["gripper"] == GRIPPER_OPEN
+    w.gripper = (bx - 0.05, by + 0.02)                                    # a step or less away: lands on it
+    a = straight_action(w.info())
+    np.testing.assert_allclose(a["move"] * MAX_MOVE, [0.05, -0.02], atol=1e-7)
+    assert a["gripper"] == GRIPPER_CLOSE
+    w.step(a["move"], a["gripper"])
+    assert w.held == colour
+    w.gripper, w.closed = w.containers[w.target[1]], True               # over the container's centre: opens
+    w.gripper = (w.gripper[0] + 0.03, w.gripper[1])
+    assert straight_action(w.info())["gripper"] == GRIPPER_OPEN

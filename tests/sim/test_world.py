@@ -217,6 +217,8 @@ def test_splits_keep_yellow_with_the_bowl_out_of_training():
     train = {new_episode(np.random.default_rng(s), "train").target for s in range(300)}
     assert ("yellow", "bowl") not in train and len(train) == 9
     assert {new_episode(np.random.default_rng(s), "yellow_bowl").target for s in range(20)} == {("yellow", "bowl")}
+    every = [new_episode(np.random.default_rng(s), "all").target for s in range(300)]     # the control's split
+    assert len(set(every)) == 10 and 10 <= every.count(("yellow", "bowl")) <= 60
 
 
 def test_the_same_seed_gives_the_same_bits():

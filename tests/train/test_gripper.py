@@ -293,9 +293,29 @@ def test_masks_hide_the_container_while_heading_for_the_block_and_the_colour_whi
     assert not carrying(w.info())
     w.held, w.closed = w.target[0], True
     assert carrying(w.info())
-    for name in ("container_mask", "colour_mask"):
+    for name in ("container_mask", "colour_mask", "held_recolour"):
         with pytest.raises(ValueError, match=f"{name} must be in"):
             GripperTask.create({name: 1.5})
+    with pytest.raises(ValueError, match="expert must be one of settle, straight"):
+        GripperTask.create({"expert": "oracle"})
+    with pytest.raises(ValueError, match="demo_split must be 'train' or 'all'"):
+        GripperTask.create({"demo_split": "yellow_bowl"})
+
+
+def test_demo_split_all_is_a_control_holding_the_held_out_pairing():
+    from npformer.sim.language import parse
+
+    kept = GripperTask.create({"demos": 60, "demo_seed": 2}).demos().instructions
+    every = GripperTask.create({"demos": 60, "demo_seed": 2, "demo_split": "all"}).demos().instructions
+    assert ("yellow", "bowl") not in {parse(t) for t in kept} and ("yellow", "bowl") in {parse(t) for t in every}
+
+
+def test_held_recolour_reaches_the_recorded_demonstrations():
+    plain = GripperTask.create({"demos": 6, "demo_seed": 4}).demos()
+    recoloured = GripperTask.create({"demos": 6, "demo_seed": 4, "held_recolour": 1.0}).demos()
+    differ = (recoloured.images != plain.images).any(axis=(1, 2, 3))                  # (M,)
+    assert np.array_equal(differ, plain.carrying) and differ.any()
+    assert np.array_equal(recoloured.moves, plain.moves) and np.array_equal(recoloured.gripper, plain.gripper)
 
 
 def test_release_weight_draws_the_release_and_done_steps_more_often():

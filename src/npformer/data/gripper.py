@@ -27,6 +27,7 @@ import numpy as np
 from ..ops import sinusoidal_positions_2d
 from ..sim.demos import Demos, record_demos
 from ..sim.episodes import EVAL_STREAM, play, run_episodes, summarize
+from ..sim.expert import EXPERTS
 from ..sim.language import TABLE, parse
 from ..sim.tokens import TOKENS_PER_STEP, ActionTokenizer
 from ..sim.world import GRIPPER_DONE, GRIPPER_OPEN, IMAGE_SIZE, PATCH_SIZE, episode_seed
@@ -117,6 +118,17 @@ class GripperTask(Task):
         # commonest failure is "done" said holding the block there. Off (1) by default: at 3 that failure
         # halved and finding the block suffered more (docs/vla.md, one run)
         release_weight: float = 1.0
+        # the chance that a recorded step where the expert carries the named block shows the held block in
+        # another palette colour (never yellow, the held-out pairing's; ``sim.demos.recoloured``), so that
+        # where the block goes cannot lean on how it looks: the held-out pairing's second half
+        held_recolour: float = 0.0
+        # which scripted expert labels the demonstrations (``sim.expert.EXPERTS``): "settle" moves axis by axis
+        # and closes or opens once on its goal; "straight" heads straight for it and closes or opens on the
+        # step it arrives
+        expert: str = "settle"
+        # the split the demonstrations are drawn from: "train" never pairs yellow with the bowl; "all" is a
+        # control that does (about one instruction in ten), measuring what the held-out pairing costs
+        demo_split: str = "train"
         noise: float = 0.3                  # DART: std of the noise added to the executed move (action units)
         flip: float = 0.05                  # DART: chance a step's executed open/close is flipped
         perturb: float = 0.5                # share of demonstration episodes recorded with the perturbations on
@@ -136,9 +148,13 @@ class GripperTask(Task):
             if self.labels and self.dagger and self.labels < self.dagger:
                 raise ValueError(f"labels ({self.labels}) must be at least dagger ({self.dagger}): each round "
                                  "gets labels / dagger of them")
+            if self.expert not in EXPERTS:
+                raise ValueError(f"expert must be one of {', '.join(EXPERTS)}, got {self.expert!r}")
+            if self.demo_split not in ("train", "all"):
+                raise ValueError(f"demo_split must be 'train' or 'all', got {self.demo_split!r}")
             if self.text_encoder not in TEXT_ENCODERS:
                 raise ValueError(f"text_encoder must be one of {', '.join(TEXT_ENCODERS)}, got {self.text_encoder!r}")
-            for name in ("noise", "flip", "perturb", "container_mask", "colour_mask"):
+            for name in ("noise", "flip", "perturb", "container_mask", "colour_mask", "held_recolour"):
                 v = getattr(self, name)
                 if not np.isfinite(v) or v < 0 or (name != "noise" and v > 1):
                     raise ValueError(f"{name} must be {'>= 0' if name == 'noise' else 'in [0, 1]'}, got {v!r}")
@@ -184,8 +200,9 @@ class GripperTask(Task):
                 raise ValueError("the gripper task has no demo_seed yet: it is drawn when a run starts")
             first = s.demos // s.dagger if s.dagger else s.demos     # DAgger: round 1's share of the labels
             labels = (s.labels // s.dagger if s.dagger else s.labels) or None
-            self._demos = record_demos(max(1, first), s.demo_seed, noise=s.noise, flip=s.flip, split="train",
-                                       perturb=s.perturb, max_steps=labels)
+            self._demos = record_demos(max(1, first), s.demo_seed, noise=s.noise, flip=s.flip, split=s.demo_split,
+                                       perturb=s.perturb, max_steps=labels, recolour=s.held_recolour,
+                                       expert=s.expert)
             self.first_rows = len(self._demos)
         return self._demos
 
@@ -348,7 +365,8 @@ class GripperTask(Task):
         one other than ``demo_seed`` for held-out ones): the share of tokens whose argmax over their slot's
         allowed ids is the expert's, per slot ("dx", "dy", "gripper") and over all three ("all")."""
         s = self.settings
-        demos = record_demos(n_episodes, seed, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb)
+        demos = record_demos(n_episodes, seed, noise=s.noise, flip=s.flip, split="train", perturb=s.perturb,
+                             expert=s.expert)
         tok = self.tokenizer
         allowed = [tok.allowed(j) for j in range(model.config.action_len)]
         right = np.zeros(len(allowed))                                                 # (A,)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sim.demos import DEMO_STREAM, Demos
-from ..sim.expert import carrying, expert_action, heading_for
+from ..sim.expert import EXPERTS, carrying, heading_for
 from ..sim.render import render
 from ..sim.world import episode_seed, new_episode
 
@@ -45,16 +45,19 @@ def dagger_step(task, model) -> None:
     was_training = model.training
     model.eval()
     try:
-        new = drive_and_label(task.policy(model).act_batch, first, (s.demo_seed or 0) + done, perturb=s.perturb)
+        new = drive_and_label(task.policy(model).act_batch, first, (s.demo_seed or 0) + done, perturb=s.perturb,
+                              expert=s.expert)
     finally:
         model.train(was_training)
     task._demos = aggregate(demos, new)
 
 
-def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: int = 64) -> Demos:
+def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: int = 64,
+                    expert: str = "settle") -> Demos:
     """``n_states`` states visited by ``act`` (a batched policy, as ``run_episodes`` calls it) on fresh
-    training-split episodes (episode i from (seed, DAGGER_STREAM, i)), each labelled with the expert's
-    action; the executed move and command are the policy's."""
+    training-split episodes (episode i from (seed, DAGGER_STREAM, i)), each labelled with the action of
+    ``expert`` (``sim.expert.EXPERTS``); the executed move and command are the policy's."""
+    expert_action = EXPERTS[expert]
     images: list = []
     moves: list = []
     gripper: list = []

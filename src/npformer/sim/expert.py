@@ -88,3 +88,27 @@ def expert_action(info: dict) -> dict:
     if closed:
         return _action(move, GRIPPER_OPEN)
     return _action(move, GRIPPER_CLOSE if on else GRIPPER_OPEN)
+
+
+def straight_action(info: dict) -> dict:
+    """The straight expert (the task's setting ``expert="straight"``; the task's own before 2026-12-02):
+    ``expert_action``'s where that says "done" or puts a wrong block down; otherwise each move heads straight
+    for ``heading_for``'s goal (the larger axis a full step and the other in proportion, or exactly the rest
+    when the goal is a step or less away), and it closes on the named block, or opens over the container, on
+    the step that arrives there: the policy must land within the pick radius with the move it closes on."""
+    clean = expert_action(info)
+    colour = info["target"][0]
+    if clean["gripper"] == GRIPPER_DONE or info["held"] not in (None, colour):
+        return clean
+    gx, gy, closed = info["gripper"]
+    goal = heading_for(info)
+    delta = np.array([goal[0] - gx, goal[1] - gy], dtype=np.float64)                # (2,)
+    reach = float(np.abs(delta).max())
+    arrives = reach <= MAX_MOVE
+    move = delta / MAX_MOVE if arrives else delta / reach
+    if info["held"] == colour:
+        return _action(move, GRIPPER_OPEN if arrives else GRIPPER_CLOSE)
+    return _action(move, GRIPPER_CLOSE if arrives and not closed else GRIPPER_OPEN)
+
+
+EXPERTS = {"settle": expert_action, "straight": straight_action}     # the task's setting ``expert``

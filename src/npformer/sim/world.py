@@ -40,7 +40,7 @@ MOVE_AT = (1, 3)                    # the target block moves at a step drawn fro
 
 GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_DONE = 0, 1, 2
 COMMANDS = ("open", "close", "done")
-SPLITS = ("train", "test", "yellow_bowl")
+SPLITS = ("train", "test", "yellow_bowl", "all")     # "all": every pairing, the held-out one too (a control)
 
 COLOUR_NAMES = list(COLOURS)
 CONTAINER_NAMES = list(CONTAINERS)
@@ -192,7 +192,8 @@ def new_episode(rng: np.random.Generator, split: str = "train", instruction: str
     """A fresh episode drawn from ``rng``: the scene, the instruction and the perturbations.
 
     Without ``instruction`` one is drawn from ``split``: "train" and "test" never pair yellow with the bowl,
-    "yellow_bowl" always does. With one, ``target`` (colour, container) says what it asks; without a target
+    "yellow_bowl" always does, "all" draws among every pairing the scene allows (a control, as tabletop's).
+    With one, ``target`` (colour, container) says what it asks; without a target
     it is read from the instruction's words (``language.parse``). The scene always holds the target. The
     perturbations are drawn whether or not ``perturb`` is on, so both see the same scene.
     """
@@ -213,7 +214,7 @@ def new_episode(rng: np.random.Generator, split: str = "train", instruction: str
         if split == "yellow_bowl":
             target = HELD_OUT
         else:
-            pairs = [(c, k) for c in colours for k in conts if (c, k) != HELD_OUT]
+            pairs = [(c, k) for c in colours for k in conts if split == "all" or (c, k) != HELD_OUT]
             target = pairs[int(rng.integers(0, len(pairs)))]
         instruction = make_instruction(target[0], target[1], rng.random(3))
     assert target is not None
@@ -229,7 +230,7 @@ def new_episode(rng: np.random.Generator, split: str = "train", instruction: str
         blocks[c] = _place(rng, BLOCK_SIZE / 2 + 0.02, others)
         others.append((blocks[c], _GAP_BLOCKS))
     gripper = _place(rng, 0.05, [(blocks[target[0]], _GAP_GRIPPER)])
-    shades = {name: _shade(rng, rgb) for name, rgb in [(c, COLOURS[c]) for c in colours]
+    shades = {name: shade(rng, rgb) for name, rgb in [(c, COLOURS[c]) for c in colours]
               + [(k, CONTAINERS[k]) for k in conts]}
     table = tuple(float(v) for v in np.clip(np.asarray(TABLE) * rng.uniform(0.96, 1.04), 0, 1))
 
@@ -242,7 +243,7 @@ def new_episode(rng: np.random.Generator, split: str = "train", instruction: str
                  move_at=move_at, move_to=move_to, slips=slips)
 
 
-def _shade(rng: np.random.Generator, rgb) -> tuple[float, float, float]:
+def shade(rng: np.random.Generator, rgb) -> tuple[float, float, float]:
     """A palette colour with a small jitter of brightness and hue."""
     v = np.clip(np.asarray(rgb) * rng.uniform(0.9, 1.08) + rng.uniform(-0.04, 0.04, 3), 0, 1)
     return float(v[0]), float(v[1]), float(v[2])
