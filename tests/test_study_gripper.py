@@ -40,6 +40,9 @@ def _check(result, out, name):
             quoted = sentence.split(f"{label} (", 1)[1].split(")", 1)[0]
             want = [f"{100 * float(r[k]):.1f}%" for k in ("arm_success", "arm_ci_low", "arm_ci_high")]
             assert quoted == f"{want[0]} [{want[1]}, {want[2]}]", (label, quoted, want)
+    # every run plays per_seed(seeds) fresh episodes an arm (3 under few_episodes), whatever the study's own
+    # runs set for their final evaluation (one episode: episodes.QUIET)
+    assert {int(r["episodes"]) for r in rows} == {3}, {r["setting"]: r["episodes"] for r in rows}
     for r in rows:                                # the pooled numbers, recomputed from the CSV's own counts
         mine = [x for x in rows if x["setting"] == r["setting"]]
         k, n = sum(int(x["successes"]) for x in mine), sum(int(x["episodes"]) for x in mine)
@@ -96,6 +99,13 @@ def test_data_study_on_a_tiny_budget(tmp_path, few_episodes, monkeypatch):
                                             progress=False))
     rows = _check(result, tmp_path, "data")
     assert [(r["demos"], r["action_bins"]) for r in rows] == [("3", "256"), ("6", "256"), ("6", "8")]
+
+
+def test_a_users_smaller_final_evaluation_caps_the_episodes_an_arm(tmp_path, few_episodes):
+    sets = {**TINY, "train": {**TINY["train"], "final_eval_n": 2}}
+    result = run_study(DriftStudy(), Options(seeds=1, steps=1, out=tmp_path, task="gripper", sets=sets,
+                                             progress=False))
+    assert {r["episodes"] for r in result.rows} == {2}
 
 
 def test_verdict_words_on_hand_made_arms():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import Study, format_table, pct, probe_size, summarise, verdict
+from .common import Study, format_table, pct, summarise, verdict
 from .figures import new_figure, save
 
 EPISODES = 300                          # fresh episodes per arm, over all seeds together
@@ -64,9 +64,12 @@ class EpisodeStudy(Study):
     describe: tuple[str, ...] = ()                                    # the columns that describe an arm
 
     def episodes(self, trainer) -> int:
-        """Episodes per arm for this seed's run: ``per_seed``, or fewer when the run's final evaluation was made
-        smaller (``--set final_eval_n=N``, as the tests and the docs' examples do)."""
-        return probe_size(trainer, per_seed(self.opts.seeds if self.opts else 3))
+        """Episodes per arm for this seed's run: ``per_seed``, or fewer when the user made the runs' final
+        evaluation smaller (``--set final_eval_n=N``, as the docs' examples do). Only the user's own setting
+        counts: ``QUIET``'s one-episode final evaluation, which every arm's run trains with, does not."""
+        n = per_seed(self.opts.seeds if self.opts else 3)
+        asked = (self.opts.sets.get("train", {}) if self.opts else {}).get("final_eval_n")
+        return min(n, int(asked)) if asked else n
 
     def pool(self, rows: list[dict]) -> list[dict]:
         from ..sim.episodes import wilson
