@@ -18,7 +18,7 @@ import numpy as np
 from .expert import EXPERTS, carrying, heading_for
 from .language import COLOURS, HELD_OUT
 from .render import render
-from .world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, SPLITS, episode_seed, new_episode, shade
+from .world import GRIPPER_CLOSE, GRIPPER_DONE, GRIPPER_OPEN, SPLITS, World, episode_seed, new_episode, shade
 
 DEMO_STREAM = 2_000_003                 # the demonstrations' seed stream (evaluation: episodes.EVAL_STREAM)
 _NOISE_STREAM = 2_000_017               # the injected noise's own stream: the scene does not depend on it
@@ -57,9 +57,9 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
     and too few is a ValueError), so that recordings of different kinds hold the same number of labels.
     ``watch(info)``, when given, sees the world's state (``World.info``) at each recorded step, in order,
     for a measurement that needs more of it than ``Demos`` keeps. ``recolour``: the chance that a step where
-    the expert is past the named block (``expert.carrying``: held, or already in place) is recorded with that
-    block drawn in another palette colour (``recoloured``); the world, the label and every other draw stay as they were.
-    ``expert``: which expert labels the steps and drives them (``expert.EXPERTS``)."""
+    the expert is past the named block (``expert.carrying``: held, or already in place) is recorded with
+    that block drawn in another palette colour (``recoloured``); the world, the label and every other draw
+    stay as they were. ``expert``: which expert labels the steps and drives them (``expert.EXPERTS``)."""
     if isinstance(n_episodes, bool) or not isinstance(n_episodes, (int, np.integer)) or n_episodes < 1:
         raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
@@ -120,7 +120,7 @@ def record_demos(n_episodes: int, seed: int, noise: float = 0.3, flip: float = 0
                  step=np.asarray(steps, dtype=np.int64), instructions=texts, success=np.asarray(success))
 
 
-def recoloured(world, colour: str, rng: np.random.Generator) -> np.ndarray:
+def recoloured(world: World, colour: str, rng: np.random.Generator) -> np.ndarray:
     """The image (H, W, 3) uint8 of ``world`` with the ``colour`` block drawn in another palette colour,
     drawn from ``rng`` among those that are neither its own nor the held-out pairing's (``HELD_OUT``): a
     recording then shows blocks of several colours carried to each container and lying in it, without a
