@@ -359,3 +359,15 @@ def test_eval_csv_keeps_no_flag_and_the_curves_draw(run, tmp_path):
     with open(old / EVAL_LOG, "w", newline="") as f:
         csv.writer(f).writerows([["step", "mean_steps", "n", "perturb", "success"], [10, 40.5, 8, False, 0.0]])
     assert plot_run(old).stat().st_size > 0
+
+
+def test_dagger_drives_episodes_of_the_demonstrations_split():
+    from npformer.data.gripper_dagger import drive_and_label
+    from npformer.sim.language import parse
+
+    def still(images, instructions):             # a policy that never moves and keeps its hand open
+        return np.zeros((len(images), 2), np.float32), np.zeros(len(images), np.int64)
+
+    pairs = {s: {parse(t) for t in drive_and_label(still, 600, 1, split=s, batch=80).instructions}
+             for s in ("train", "all")}
+    assert ("yellow", "bowl") not in pairs["train"] and ("yellow", "bowl") in pairs["all"]

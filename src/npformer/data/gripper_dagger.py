@@ -2,8 +2,8 @@
 
 Round 1 trains on the expert's demonstrations (``demos // ROUNDS`` episodes, or ``labels // ROUNDS``
 recorded steps when ``labels`` is set, recorded with the task's noise settings). At the end of each
-round the policy drives fresh training-split episodes, greedy, and the scripted expert labels every
-state it visits (``sim.expert_action``); the policy then keeps training on the aggregate, as DAgger's
+round the policy drives fresh episodes of the demonstrations' split (``demo_split``), greedy, and the
+task's expert (``expert``) labels every state it visits; the policy then keeps training on the aggregate, as DAgger's
 last step (beta = 0 after round 1). Each later round collects as many labelled states as round 1
 recorded, so the labels split evenly over the rounds and a run with ROUNDS rounds sees about as many
 (state, action) pairs as plain cloning of ``demos`` episodes.
@@ -46,16 +46,16 @@ def dagger_step(task, model) -> None:
     model.eval()
     try:
         new = drive_and_label(task.policy(model).act_batch, first, (s.demo_seed or 0) + done, perturb=s.perturb,
-                              expert=s.expert)
+                              expert=s.expert, split=s.demo_split)
     finally:
         model.train(was_training)
     task._demos = aggregate(demos, new)
 
 
 def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: int = 64,
-                    expert: str = "settle") -> Demos:
+                    expert: str = "settle", split: str = "train") -> Demos:
     """``n_states`` states visited by ``act`` (a batched policy, as ``run_episodes`` calls it) on fresh
-    training-split episodes (episode i from (seed, DAGGER_STREAM, i)), each labelled with the action of
+    episodes of ``split`` (episode i from (seed, DAGGER_STREAM, i)), each labelled with the action of
     ``expert`` (``sim.expert.EXPERTS``); the executed move and command are the policy's."""
     expert_action = EXPERTS[expert]
     images: list = []
@@ -74,7 +74,7 @@ def drive_and_label(act, n_states: int, seed: int, perturb: float = 0.5, batch: 
         worlds = []
         for _ in range(batch):
             rng = np.random.default_rng(episode_seed(seed, DAGGER_STREAM, i))
-            worlds.append((i, new_episode(rng, split="train", perturb=bool(rng.random() < perturb))))
+            worlds.append((i, new_episode(rng, split=split, perturb=bool(rng.random() < perturb))))
             i += 1
         live = list(worlds)
         while live and len(moves) < n_states:
