@@ -426,6 +426,7 @@ def test_head_entropies_are_shares_of_uniform():
     (["study", "nope"], "unknown study 'nope'"),
     (["study", "heads", "--seeds", "0"], "--seeds must be >= 1"),
     (["study", "heads", "--steps", "-1"], "--steps must be >= 1"),
+    (["study", "heads", "--jobs", "0"], "--jobs must be >= 1"),
     (["study", "positions", "--task", "tabletop"], "the positions study runs on dates, not 'tabletop'"),
     (["study", "heads", "--set", "n_heads=2"], "the heads study sets n_heads itself"),
     (["study", "heads", "--set", "bogus=1"], "unknown setting 'bogus'"),

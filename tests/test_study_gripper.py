@@ -93,12 +93,20 @@ def test_drift_study_on_a_tiny_budget(tmp_path, few_episodes):
 def test_data_study_on_a_tiny_budget(tmp_path, few_episodes, monkeypatch):
     monkeypatch.setattr(data, "DEMOS", (3, 6))
     monkeypatch.setattr(data, "DEFAULT_DEMOS", 6)
-    monkeypatch.setattr(data, "BINS", (8, 256))
+    monkeypatch.setattr(data, "BINS", (8, 32))
     sets = {k: v for k, v in TINY.items() if k != "data"}
     result = run_study(DataStudy(), Options(seeds=1, steps=2, out=tmp_path, task="gripper", sets=sets,
                                             progress=False))
     rows = _check(result, tmp_path, "data")
-    assert [(r["demos"], r["action_bins"]) for r in rows] == [("3", "256"), ("6", "256"), ("6", "8")]
+    # the demonstrations' sweep at the task's default bins; the 32-bin arm is the default-data one
+    assert [(r["demos"], r["action_bins"]) for r in rows] == [("3", "32"), ("6", "32"), ("6", "8")]
+
+
+def test_the_data_studys_sweep_of_demonstrations_uses_the_tasks_default_bins():
+    from npformer.data.gripper import GripperTask
+
+    assert data.DEFAULT_BINS == GripperTask.Settings().action_bins
+    assert data.DEFAULT_DEMOS == GripperTask.Settings().demos
 
 
 def test_a_users_smaller_final_evaluation_caps_the_episodes_an_arm(tmp_path, few_episodes):
@@ -202,3 +210,15 @@ def test_study_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
     assert main([*argv, "--out", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_runs_in_worker_processes_give_the_rows_of_one_job(tmp_path):
+    # two worker processes, each on one BLAS thread: the same numbers as the runs one after another
+    sets = {**TINY, "train": {**TINY["train"], "final_eval_n": 2}}     # no patched constant: workers import afresh
+    rows = {}
+    for jobs in (1, 2):
+        result = run_study(DriftStudy(), Options(seeds=2, steps=2, out=tmp_path / str(jobs), task="gripper",
+                                                 sets=sets, progress=False, jobs=jobs))
+        rows[jobs] = [{k: v for k, v in r.items() if k != "seconds"} for r in result.rows]
+    assert len(rows[1]) == 12 and [r["seed"] for r in rows[1][:2]] == [0, 0]
+    assert rows[2] == rows[1]

@@ -11,7 +11,9 @@
 
 Each study trains its settings x seeds with the task's recipe (``--steps`` and ``--set`` change it),
 shows one progress bar for the whole study, prints the results table and a sentence chosen from the
-numbers, and writes NAME.csv, NAME.png and NAME.txt (the printed report) into --out. Last it prints
+numbers, and writes NAME.csv, NAME.png and NAME.txt (the printed report) into --out. The runs train
+side by side, one process per core (``--jobs``), each on one BLAS thread; the numbers are the same as
+with ``--jobs 1``, only faster. Last it prints
 how long the study took and the machine's load average at its start and end, the two figures the
 studies page (docs/studies.md) gives beside each study's table.
 """
@@ -43,6 +45,9 @@ def add_arguments(p) -> None:
     p.add_argument("--task", metavar="TASK", help="the task to train (heads: dates or tabletop; default dates)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a model, train or data setting of every run, e.g. train.lr=3e-3 (repeatable)")
+    p.add_argument("--jobs", type=int, metavar="J",
+                   help="runs trained at once, each in its own process on one BLAS thread (default: one per core "
+                        "this process may use, at most the number of runs; 1 trains them one after another)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
 
 
@@ -57,7 +62,7 @@ def run(args) -> int:
         raise CLIError(f"unknown study {args.name!r}; studies: {', '.join(NAMES)}")
     study = get_study(args.name)
     task = args.task or study.tasks[0]
-    for flag, value in (("--seeds", args.seeds), ("--steps", args.steps)):
+    for flag, value in (("--seeds", args.seeds), ("--steps", args.steps), ("--jobs", args.jobs)):
         if value is not None and value < 1:
             raise CLIError(f"{flag} must be >= 1, got {value}")
     out = Path(args.out)
@@ -67,9 +72,9 @@ def run(args) -> int:
     config_cls, _ = model_kind_classes(task_cls.model_kind)
     sets = parse_overrides(args.set, {"model": config_cls, "train": TrainConfig, "data": task_cls.Settings})
     opts = Options(seeds=args.seeds or study.seeds, steps=args.steps or study.steps.get(task, 1), out=out, task=task,
-                   sets=sets, progress=not args.no_progress)
+                   sets=sets, progress=not args.no_progress, jobs=args.jobs or usable_cores())
     print(f"study {study.name}: \"{study.claim}\" {opts.seeds} seed{'s' if opts.seeds > 1 else ''} x "
-          f"{opts.steps} steps per setting, task {task}", flush=True)
+          f"{opts.steps} steps per setting, task {task}, {opts.jobs} job{'s' if opts.jobs > 1 else ''}", flush=True)
     load, t0 = _load_average(), time.perf_counter()
     result = run_study(study, opts)
     seconds = round(time.perf_counter() - t0)
@@ -79,6 +84,14 @@ def run(args) -> int:
     print(f"took {seconds // 60} min {seconds % 60} s; load average {load} at the start, "
           f"{_load_average()} at the end")
     return 0
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity where the system says, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:                                          # macOS, Windows
+        return max(1, os.cpu_count() or 1)
 
 
 def _load_average() -> str:

@@ -22,7 +22,7 @@ MODES = ("chunk", "first", "ensemble")
 class ChunksStudy(EpisodeStudy):
     name = "chunks"
     claim = "Predicting chunks of actions smooths control."
-    steps = {"gripper": 150}
+    steps = {"gripper": 1500}
     describe = ("chunk", "execute")
 
     def settings(self, task) -> list[Setting]:

@@ -21,7 +21,7 @@ ARMS = [("open loop", "open", False), ("closed loop", "closed", False),
 class ClosedLoopStudy(EpisodeStudy):
     name = "closed-loop"
     claim = "Acting in a closed loop recovers from what an open-loop plan cannot."
-    steps = {"gripper": 300}
+    steps = {"gripper": 500}
     describe = ("loop", "perturb")
 
     def settings(self, task) -> list[Setting]:

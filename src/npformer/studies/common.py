@@ -49,12 +49,13 @@ class Options:
     task: str = "dates"                                      # the task the settings train on
     sets: dict = field(default_factory=dict)                 # parse_overrides' {"model", "train", "data"}
     progress: bool = True                                    # show the study's progress bar
+    jobs: int = 1                                            # runs trained at once, each in its own process
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
-        if self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        for name, flag in (("seeds", "--seeds"), ("steps", "--steps"), ("jobs", "--jobs")):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{flag} must be an integer >= 1, got {v!r}")
 
 
 @dataclass
@@ -149,7 +150,13 @@ def start_run(opts: Options, setting: Setting, seed: int, run_dir: Path):
 
 def run_study(study: Study, opts: Options) -> Result:
     """Train every setting x seed, measure, write ``NAME.csv``, ``NAME.png`` and ``NAME.txt`` in
-    ``opts.out``; returns the result. The runs train in a temporary directory, removed at the end."""
+    ``opts.out``; returns the result. The runs train in a temporary directory, removed at the end.
+
+    With ``opts.jobs`` > 1 the runs go to that many worker processes (started fresh, "spawn": no
+    thread pool or compiled kernel is inherited half-way), each on one BLAS thread; the rows come
+    back in the runs' order and are the same as one job's but for ``seconds``, which then counts a
+    run's training beside the others'. A study reads its module's constants in the workers as they
+    are imported there, so a test that patches them runs with one job."""
     from ..data.tasks import get_task
     from ..progress import progress_display
 
@@ -162,13 +169,49 @@ def run_study(study: Study, opts: Options) -> Result:
     rows: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix=f"npformer-study-{study.name}-") as tmp:
-            for i, (setting, seed) in enumerate(runs):
-                bar.set_postfix_str(f"{setting.label}, seed {seed}")
-                rows += _one_run(study, opts, setting, seed, Path(tmp) / f"run{i}")
-                bar.update(opts.steps)
+            if opts.jobs > 1 and len(runs) > 1:
+                rows = _in_workers(study, opts, runs, Path(tmp), bar)
+            else:
+                for i, (setting, seed) in enumerate(runs):
+                    bar.set_postfix_str(f"{setting.label}, seed {seed}")
+                    rows += _one_run(study, opts, setting, seed, Path(tmp) / f"run{i}")
+                    bar.update(opts.steps)
     finally:
         bar.close()
     return finish(study, rows, opts.out)
+
+
+def _in_workers(study: Study, opts: Options, runs: list, tmp: Path, bar) -> list[dict]:
+    """The runs on ``opts.jobs`` worker processes; their rows in the runs' order."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    done: dict[int, list[dict]] = {}
+    jobs = min(opts.jobs, len(runs))
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = {pool.submit(_worker_run, study, opts, setting, seed, tmp / f"run{i}"): (i, setting, seed)
+                   for i, (setting, seed) in enumerate(runs)}
+        try:
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    i, setting, seed = pending.pop(f)
+                    done[i] = f.result()
+                    bar.set_postfix_str(f"{setting.label}, seed {seed}")          # the run just finished
+                    bar.update(opts.steps)
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+    return [row for i in range(len(runs)) for row in done[i]]
+
+
+def _worker_run(study: Study, opts: Options, setting: Setting, seed: int, run_dir: Path) -> list[dict]:
+    """One run in a worker process, on one BLAS thread (the workers share the cores)."""
+    from ..train.trainer import _blas_threads
+
+    with _blas_threads(1):
+        return _one_run(study, opts, setting, seed, run_dir)
 
 
 def _one_run(study: Study, opts: Options, setting: Setting, seed: int, run_dir: Path) -> list[dict]:

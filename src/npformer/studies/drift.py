@@ -31,7 +31,7 @@ LABELS_PER_EPISODE = 8                  # labels per arm = this x demos (no expe
 class DriftStudy(EpisodeStudy):
     name = "drift"
     claim = "Imitation drifts off the expert's states; DAgger or noise-injected demonstrations fix that."
-    steps = {"gripper": 300}
+    steps = {"gripper": 1800}
     describe = ("method", "perturb")
 
     def settings(self, task) -> list[Setting]:
