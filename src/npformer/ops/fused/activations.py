@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 from numba import prange, types
-from numba.core.extending import overload
+from numba.core.extending import overload, register_jitable
 
 from .. import _erf_tables as ref
 from ..kernels import Kernel
@@ -111,6 +111,14 @@ SEG = 4096      # elements of a row per parallel task: a long row (a 1-D array) 
 SUB = 64        # elements per tail check: the rare tail is redone only in the sub-blocks that hold one
 
 
+@register_jitable
+def _span(task, nseg, c):  # type: ignore[no-untyped-def]
+    """Task ``task`` of a (R, C) array cut in ``nseg`` tasks a row: (row, first column, columns)."""
+    i = task // nseg
+    lo = (task - i * nseg) * SEG
+    return i, lo, min(c, lo + SEG) - lo
+
+
 def _forward(x: np.ndarray, bias: np.ndarray, tanh_form: bool, k: np.ndarray, y: np.ndarray, h: np.ndarray,
              aux: np.ndarray) -> None:
     # x, y, h, aux (R, C); bias (C,) or (0,) for none; k: CONSTS in x's dtype. h = x + bias (kept
@@ -120,9 +128,7 @@ def _forward(x: np.ndarray, bias: np.ndarray, tanh_form: bool, k: np.ndarray, y:
     has_bias = bias.size > 0
     nseg = (c + SEG - 1) // SEG
     for task in prange(r * nseg):
-        i = task // nseg
-        lo = (task - i * nseg) * SEG
-        m = min(c, lo + SEG) - lo
+        i, lo, m = _span(task, nseg, c)
         xi, yi, ai = x[i, lo:lo + m], y[i, lo:lo + m], aux[i, lo:lo + m]   # views indexed from 0: LLVM vectorizes
         if has_bias:
             hi, bi = h[i, lo:lo + m], bias[lo:lo + m]
@@ -159,9 +165,7 @@ def _backward(dy: np.ndarray, h: np.ndarray, aux: np.ndarray, tanh_form: bool, k
     r, c = dy.shape
     nseg = (c + SEG - 1) // SEG
     for task in prange(r * nseg):
-        i = task // nseg
-        lo = (task - i * nseg) * SEG
-        m = min(c, lo + SEG) - lo
+        i, lo, m = _span(task, nseg, c)
         dyi, hi, ai, dxi = dy[i, lo:lo + m], h[i, lo:lo + m], aux[i, lo:lo + m], dx[i, lo:lo + m]
         if tanh_form:
             for j in range(m):
