@@ -222,3 +222,18 @@ def test_runs_in_worker_processes_give_the_rows_of_one_job(tmp_path):
         rows[jobs] = [{k: v for k, v in r.items() if k != "seconds"} for r in result.rows]
     assert len(rows[1]) == 12 and [r["seed"] for r in rows[1][:2]] == [0, 0]
     assert rows[2] == rows[1]
+
+
+class _DyingStudy(DriftStudy):
+    """A drift study whose runs end their process abruptly once trained (as the kernel's OOM killer would)."""
+
+    def measure(self, trainer, setting, before):
+        import os
+        os._exit(3)
+
+
+def test_a_worker_that_dies_fails_the_study_with_one_clear_error(tmp_path):
+    sets = {**TINY, "train": {**TINY["train"], "final_eval_n": 2}}
+    with pytest.raises(ChildProcessError, match="ended abruptly.*--jobs 1"):
+        run_study(_DyingStudy(), Options(seeds=1, steps=1, out=tmp_path, task="gripper", sets=sets, progress=False,
+                                         jobs=2))

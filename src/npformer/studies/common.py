@@ -182,36 +182,45 @@ def run_study(study: Study, opts: Options) -> Result:
 
 
 def _in_workers(study: Study, opts: Options, runs: list, tmp: Path, bar) -> list[dict]:
-    """The runs on ``opts.jobs`` worker processes; their rows in the runs' order."""
+    """The runs on ``opts.jobs`` worker processes; their rows in the runs' order. A worker that dies
+    fails the study (``BrokenProcessPool``) rather than hang it, and leaving early (an error in a run,
+    Ctrl-C) ends the other workers at once rather than wait for their runs."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     done: dict[int, list[dict]] = {}
-    jobs = min(opts.jobs, len(runs))
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = {pool.submit(_worker_run, study, opts, setting, seed, tmp / f"run{i}"): (i, setting, seed)
+    pool = ProcessPoolExecutor(min(opts.jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pending = {pool.submit(_worker_run, (i, study, opts, setting, seed, tmp / f"run{i}")): i
                    for i, (setting, seed) in enumerate(runs)}
-        try:
-            while pending:
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    i, setting, seed = pending.pop(f)
-                    done[i] = f.result()
-                    bar.set_postfix_str(f"{setting.label}, seed {seed}")          # the run just finished
-                    bar.update(opts.steps)
-        except BaseException:
-            for f in pending:
-                f.cancel()
-            raise
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                del pending[f]
+                i, done[i] = f.result()
+                setting, seed = runs[i]
+                bar.set_postfix_str(f"{setting.label}, seed {seed}")                  # the run just finished
+                bar.update(opts.steps)
+    except BaseException as e:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):    # the executor keeps them there
+            proc.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(e, BrokenProcessPool):
+            raise ChildProcessError("a worker process of the study ended abruptly (killed, or out of memory?); "
+                                    "--jobs 1 trains the runs one after another in this process") from e
+        raise
+    pool.shutdown()
     return [row for i in range(len(runs)) for row in done[i]]
 
 
-def _worker_run(study: Study, opts: Options, setting: Setting, seed: int, run_dir: Path) -> list[dict]:
-    """One run in a worker process, on one BLAS thread (the workers share the cores)."""
+def _worker_run(task: tuple) -> tuple[int, list[dict]]:
+    """One run in a worker process, on one BLAS thread (the workers share the cores): (its index, its rows)."""
     from ..train.trainer import _blas_threads
 
+    i, study, opts, setting, seed, run_dir = task
     with _blas_threads(1):
-        return _one_run(study, opts, setting, seed, run_dir)
+        return i, _one_run(study, opts, setting, seed, run_dir)
 
 
 def _one_run(study: Study, opts: Options, setting: Setting, seed: int, run_dir: Path) -> list[dict]:
