@@ -26,6 +26,8 @@ from pathlib import Path
 from ..studies import STUDIES
 from . import CLIError
 
+# the default --jobs at most: each worker holds its run's data (3,000 gripper demonstrations peak near 0.8 GB)
+DEFAULT_JOBS_CAP = 8
 NAMES = tuple(STUDIES)                  # the lesson's misconceptions 1, 2, 3, then the gripper studies
 HELP = ("test one of the lesson's misconceptions on trained models (heads, positions, understanding; on the gripper "
         "policy: closed-loop, chunks, drift, data)")
@@ -47,7 +49,8 @@ def add_arguments(p) -> None:
                    help="override a model, train or data setting of every run, e.g. train.lr=3e-3 (repeatable)")
     p.add_argument("--jobs", type=int, metavar="J",
                    help="runs trained at once, each in its own process on one BLAS thread (default: one per core "
-                        "this process may use, at most the number of runs; 1 trains them one after another)")
+                        f"this process may use, at most {DEFAULT_JOBS_CAP} and the number of runs; 1 trains them one "
+                        "after another)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (nor its lines in a log)")
 
 
@@ -72,7 +75,7 @@ def run(args) -> int:
     config_cls, _ = model_kind_classes(task_cls.model_kind)
     sets = parse_overrides(args.set, {"model": config_cls, "train": TrainConfig, "data": task_cls.Settings})
     opts = Options(seeds=args.seeds or study.seeds, steps=args.steps or study.steps.get(task, 1), out=out, task=task,
-                   sets=sets, progress=not args.no_progress, jobs=args.jobs or usable_cores())
+                   sets=sets, progress=not args.no_progress, jobs=args.jobs or min(usable_cores(), DEFAULT_JOBS_CAP))
     print(f"study {study.name}: \"{study.claim}\" {opts.seeds} seed{'s' if opts.seeds > 1 else ''} x "
           f"{opts.steps} steps per setting, task {task}, {opts.jobs} job{'s' if opts.jobs > 1 else ''}", flush=True)
     load, t0 = _load_average(), time.perf_counter()
