@@ -3,13 +3,14 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_twins.py
     (options: --rows 2048 --width 512 --pairs 15 --warmup 2 --settle 0; a smoke test: --rows 64 --pairs 3)
 
-Arrays of a base-model step's size: (rows, width) float32 activations (rows = B * T), an
-attention block's (B, H, T, T) scores, Adam over 20 M float32 parameters, a (rows, 8000) logits
-array. Every op is timed as the same public function under ``use_kernels("numba")`` and under
-``use_kernels("numpy")`` (``_common.paired``: the order alternating, the median per-round ratio twin /
-reference with its IQR). Each side has its own copy of the inputs, made before the timing; an in-place
-op (softmax, dropout with the residual add, Adam) works on its side's copy round after round, so both
-sides see the same inputs in each round, to rounding.
+Arrays of a base-model step's size: (rows, width) float32 activations (rows = B * T), an attention
+block's (B, H, T, T) scores, Adam over 20 M float32 parameters, a (rows, 8000) logits array; the
+inference twins (MiniLM's encoding) on the same activations (``--rows 512 --width 384`` is a MiniLM
+feed-forward block's shape: 512 rows of 384, hidden 1536). Every op is timed as the same public function
+under ``use_kernels("numba")`` and under ``use_kernels("numpy")`` (``_common.paired``: the order
+alternating, the median per-round ratio twin / reference with its IQR). Each side has its own copy of
+the inputs, made before the timing; an in-place op (softmax, dropout with the residual add, Adam) works
+on its side's copy round after round, so both sides see the same inputs in each round, to rounding.
 With ``--compare-threads``, each twin instead runs on 2 numba threads against itself on 1
 (``parallel.limit``), the measurement behind ``parallel.limit``'s default for the twins.
 Each round's outputs are compared (float32: within 1e-6 per tensor, as tests/ops/test_twins.py), and a
@@ -78,12 +79,21 @@ def cases(rows: int, width: int) -> dict:
         opt.step(grad)
         return (opt.params["p"],)
 
+    def gelu_inference(buf):                 # in place on a fresh copy of h each round (the copy on both sides)
+        np.copyto(buf, h)
+        return (ops.gelu_inference_(buf, bias),)
+
+    def ln_inference(buf):                   # LN(x + dy), the post-LN block's norm of its residual sum
+        return (ops.layernorm_inference(x, w, b, out=buf, residual=dy),)
+
     return {"layernorm fwd+bwd": (lambda: (x,), ln), "gelu fwd+bwd (bias)": (lambda: (h,), gelu),
             "gelu_tanh fwd+bwd (bias)": (lambda: (h,), gelu_tanh),
             "softmax scale+mask fwd+bwd": (lambda: (scores.copy(),), softmax),
             "dropout + residual": (lambda: (x.copy(),), dropout_add), "dropout": (lambda: (x.copy(),), dropout),
             "cross-entropy fwd+bwd": (lambda: (logits,), xent), "embedding backward": (lambda: (x,), emb),
-            "adam step": (lambda: (Adam({"p": grad["p"] * f32(0.5)}, lr=1e-3),), adam)}
+            "adam step": (lambda: (Adam({"p": grad["p"] * f32(0.5)}, lr=1e-3),), adam),
+            "gelu inference (bias, in place; with a copy of h)": (lambda: (np.empty_like(h),), gelu_inference),
+            "layernorm inference (residual)": (lambda: (np.empty_like(x),), ln_inference)}
 
 
 def main() -> None:

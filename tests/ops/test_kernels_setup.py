@@ -60,8 +60,9 @@ def test_info_names_the_kernels(capsys, monkeypatch):
         assert ("kernels: auto (compiled twins on arrays of 131,072+ elements: adam, cross_entropy_backward "
                 "(float32), cross_entropy_forward (float32), dropout_add_forward, dropout_forward, "
                 "embedding_backward, gelu_backward "
-                "(float32), gelu_forward (float32), gelu_tanh_backward (float32), gelu_tanh_forward (float32), "
-                "layernorm_backward, layernorm_forward, softmax_backward (float32), softmax_forward (float32)); "
+                "(float32), gelu_forward (float32), gelu_inference_ (float32), gelu_tanh_backward (float32), "
+                "gelu_tanh_forward (float32), layernorm_backward, layernorm_forward, layernorm_inference, "
+                "softmax_backward (float32), softmax_forward (float32)); "
                 "numba 0.") in out and " thread(s)" in out, out
     else:
         assert "kernels: auto (the NumPy references: numba is not installed)" in out, out

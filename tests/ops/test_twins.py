@@ -98,6 +98,46 @@ def test_gelu_twin(dtype, form):
                 close(t, r, zeros=False)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES + [(300, 40)])
+@pytest.mark.parametrize("residual", [False, True])
+def test_layernorm_inference_twin(dtype, shape, residual):
+    """LN(x + residual) (or LN(x)) in place and into a fresh array, on the twin and on the reference."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(dtype)
+    x.reshape(-1, shape[-1])[0] = 2.5                                 # a constant row: var 0
+    res = rng.standard_normal(shape).astype(dtype) if residual else None
+    if residual:
+        res.reshape(-1, shape[-1])[0] = 0.0                           # the constant row stays constant
+    w, b = rng.standard_normal(shape[-1]).astype(dtype), rng.standard_normal(shape[-1]).astype(dtype)
+
+    def run(x):
+        fresh = ops.layernorm_inference(x, w, b, 1e-5, residual=res)
+        return fresh, ops.layernorm_inference(x, w, b, 1e-5, out=x, residual=res)   # in place
+    for t, r in zip(*both(["layernorm_inference"], run, x), strict=True):
+        close(t, r, zeros=False)
+    twin, ref = both(["layernorm_inference"], run, x)
+    assert np.all(twin[0].reshape(-1, shape[-1])[0] == b)             # var 0: the bias exactly
+    close(twin[0], ref[0], zeros=False)
+
+
+def test_gelu_inference_twin():
+    """gelu(x + bias) in place, float32 (the reference's only dtype), with and without a bias; the
+    tail below -2 sqrt(2) in some 64-element sub-blocks and not others; exact zeros stay zeros."""
+    rng = np.random.default_rng(12)
+    extremes = np.array([-30.0, -12.0, -5.0, -2.9, -1e-3, 0.0, 1e-3, 2.9, 5.0, 12.0])
+    for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1)),
+              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3, np.zeros((3, 70))):
+        x = x.astype(np.float32)
+        for bias in (None, rng.standard_normal(x.shape[-1]).astype(np.float32)):
+            twin, ref = both(["gelu_inference_"], lambda x, bias=bias: ops.gelu_inference_(x, bias), x)
+            close(twin, ref)
+            want = ops.gelu_forward(x, bias)[0]                       # the training op's forward
+            close(twin, want)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        ops.gelu_inference_(np.zeros((2, 3), np.float32), np.zeros(4, np.float32))
+
+
 def _mask(rng, shape):
     m = rng.random(shape) > 0.3
     m[0, 0, -1] = False                                               # one row with every key masked
@@ -273,6 +313,8 @@ def test_same_bits_on_one_and_two_threads():
         loss, c = ops.cross_entropy_forward(h, targets, label_smoothing=0.1)
         out += [loss, ops.cross_entropy_backward(1.0, c)]
         out += list(ops.dropout_add_forward(h.copy(), h, 0.2, np.random.default_rng(3)))
+        out += [ops.layernorm_inference(h, h[0], h[1], residual=h[::-1].copy()),
+                ops.gelu_inference_(h.copy(), bias)]
         opt = AdamW({"p": p0.copy()}, lr=1e-2)
         for g in grads:
             opt.step(g)

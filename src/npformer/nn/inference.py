@@ -49,14 +49,15 @@ if TYPE_CHECKING:
 
 
 def linear_packed(linear: Linear, x: np.ndarray, out: np.ndarray | None = None,
-                  weights: dict | None = None) -> np.ndarray:
+                  weights: dict | None = None, add_bias: bool = True) -> np.ndarray:
     """x W^T + b, no cache: x (..., I) -> (..., O), written into ``out`` if given.
 
-    weights: ``transposed_weights``' dict; W^T is then read from it, contiguous (I, O)."""
+    weights: ``transposed_weights``' dict; W^T is then read from it, contiguous (I, O).
+    add_bias=False leaves b out (x W^T), for a caller that adds it in its own pass."""
     w_t = weights.get(linear) if weights else None
     w_t = linear.params["weight"].T if w_t is None else w_t         # (I, O)
     y = matmul_inference(x, w_t, out=out)                           # (..., O)
-    if "bias" in linear.params:
+    if add_bias and "bias" in linear.params:
         y += linear.params["bias"]
     return y
 
@@ -143,7 +144,8 @@ def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512,
 
     Positions go through in blocks of ``rows``, so that a block's (rows, F) hidden
     activations stay in the cache from the first product through the activation to the second.
-    float32 GELU runs in place on the block (``gelu_inference_``); other activations as in forward.
+    float32 GELU runs in place on the block with the first bias (``gelu_inference_``); other
+    activations as in forward.
     """
     act_f, _ = ACTIVATIONS[ffn.activation]
     in_place = ffn.activation == "gelu" and x.dtype == np.float32
@@ -151,8 +153,8 @@ def feedforward_packed(ffn: FeedForward, x: np.ndarray, rows: int = 512,
     x2 = x.reshape(-1, e)                                          # (N, E)
     out = np.empty(x2.shape[:-1] + (ffn.linear2.params["weight"].shape[0],), dtype=x.dtype)  # (N, E)
     for i in range(0, x2.shape[0], rows):
-        h = linear_packed(ffn.linear1, x2[i:i + rows], weights=weights)  # (rows, F)
-        a = gelu_inference_(h) if in_place else act_f(h)[0]        # (rows, F)
+        h = linear_packed(ffn.linear1, x2[i:i + rows], weights=weights, add_bias=not in_place)  # (rows, F)
+        a = gelu_inference_(h, ffn.linear1.params.get("bias")) if in_place else act_f(h)[0]  # (rows, F)
         linear_packed(ffn.linear2, a, out=out[i:i + rows], weights=weights)
     return out.reshape(x.shape[:-1] + out.shape[-1:]), None        # (..., E)
 

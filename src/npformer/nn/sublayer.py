@@ -29,10 +29,13 @@ class SublayerCache(NamedTuple):
     drop: object        # the dropout mask, or None
 
 
-def _norm(norm: LayerNorm, v: np.ndarray, fast: bool, in_place: bool) -> tuple[np.ndarray, Any]:
+def _norm(norm: LayerNorm, v: np.ndarray, fast: bool, in_place: bool,
+          residual: np.ndarray | None = None) -> tuple[np.ndarray, Any]:
+    """LN(v), or on the fast path LN(v + residual) with the sum made in the norm's own pass."""
     if fast:
         p = norm.params
-        return layernorm_inference(v, p["weight"], p["bias"], norm.eps, out=v if in_place else None), None
+        return layernorm_inference(v, p["weight"], p["bias"], norm.eps, out=v if in_place else None,
+                                   residual=residual), None
     return norm.forward(v)
 
 
@@ -49,6 +52,9 @@ def sublayer_forward(x: np.ndarray, fn: Callable[..., tuple], norm: LayerNorm, d
         y, cd = _dropout_add(y, x, dropout, rng, fast)             # x + Dropout(F(LN(x))), in place
         return y, SublayerCache(cn, cf, cd)
     y, cf = fn(x)                                                  # (..., E)
+    if fast:                                                       # LN(x + F(x)): the sum in the norm's pass
+        out, cn = _norm(norm, y, fast, in_place=True, residual=x)
+        return out, SublayerCache(cn, cf, None)
     y, cd = _dropout_add(y, x, dropout, rng, fast)                 # x + Dropout(F(x)), in place
     out, cn = _norm(norm, y, fast, in_place=True)                  # LN(x + Dropout(F(x)))
     return out, SublayerCache(cn, cf, cd)

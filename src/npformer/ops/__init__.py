@@ -15,7 +15,7 @@ from .attention import attention_backward, attention_forward, attention_weights_
 from .dropout import dropout_add_forward, dropout_backward, dropout_forward
 from .embedding import embedding_backward, embedding_forward
 from .flash_attention import flash_attention_backward, flash_attention_forward
-from .inference import attention_inference, layernorm_inference, softmax_numerator_
+from .inference import attention_inference, gelu_inference_, layernorm_inference, softmax_numerator_
 from .kernels import clear_used, kernels_used, use_kernels
 from .layernorm import layernorm_backward, layernorm_forward
 from .linear import linear_backward, linear_forward
@@ -29,8 +29,8 @@ __all__ = [
     "dropout_add_forward", "dropout_backward", "dropout_forward",
     "embedding_backward", "embedding_forward",
     "flash_attention_backward", "flash_attention_forward",
-    "erf", "gelu_backward", "gelu_forward", "gelu_tanh_backward", "gelu_tanh_forward", "relu_backward",
-    "relu_forward",
+    "erf", "gelu_backward", "gelu_forward", "gelu_inference_", "gelu_tanh_backward", "gelu_tanh_forward",
+    "relu_backward", "relu_forward",
     "layernorm_backward", "layernorm_forward", "layernorm_inference",
     "linear_backward", "linear_forward",
     "log_softmax", "softmax_backward", "softmax_forward", "softmax_numerator_",

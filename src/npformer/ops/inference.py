@@ -7,7 +7,9 @@
     matmul_inference     mirrors  np.matmul of a few rows by a weight   (tiled, for the BLAS's no-copy kernel)
 
 Same formulas, no caches: they work in blocks that stay in the L2 cache and write into given
-buffers. tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
+buffers. Two of them have compiled twins (numba, ``ops/kernels.py`` chooses): ``gelu_inference_``
+with its bias and ``layernorm_inference`` with its residual run ``ops/fused/inference.py``, one pass
+each (tests/ops/test_twins.py). tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
 reference ops are checked against PyTorch in tests/ops. tests/pretrained/test_minilm_kernels.py pins
 ``matmul_inference`` to np.matmul, and attention_inference's two softmax paths (with and without
 the row maxima) to attention_forward, in float64 and at the edges of float32's range.
@@ -24,6 +26,7 @@ import math
 
 import numpy as np
 
+from . import kernels
 from .activations import _BLOCK, _GELU_TAIL32, _PG32, _QG32, _horner, _normal_cdf_tail32
 
 # Inference attention takes queries in blocks of about this many (query, key, feature) products
@@ -152,21 +155,37 @@ def matmul_inference(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None
 
 
 def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float = 1e-5,
-                        out: np.ndarray | None = None) -> np.ndarray:
+                        out: np.ndarray | None = None, residual: np.ndarray | None = None) -> np.ndarray:
     """LayerNorm forward only, no cache: x (..., C) -> (..., C). ``out`` may be ``x`` (in place).
+    ``residual`` (x's shape), when given, is added first: LN(x + residual), the post-LN block's
+    norm of its residual sum, with the sum in ``out``'s memory.
 
-    Same formula as ``layernorm_forward``, done in blocks of rows that stay in the cache.
+    Same formula as ``layernorm_forward``, done in blocks of rows that stay in the cache. With numba
+    (``ops/kernels.py``) the compiled twin ``ops/fused/inference.py`` runs instead: the sum, the
+    row's statistics and the output in one kernel (tests/ops/test_twins.py).
     """
     c = x.shape[-1]
-    x2 = x.reshape(-1, c)                                          # (N, C)
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"layernorm_inference: residual's shape {residual.shape} must be x's {x.shape}")
     out = np.empty_like(x) if out is None else out
+    if (x.dtype in kernels.FLOATS and c > 0 and all(a.flags.c_contiguous and a.dtype == x.dtype and a.shape == x.shape
+                                                    for a in (x, out) + (() if residual is None else (residual,)))
+            and kernels.twins("layernorm_inference", x.size, x.dtype)):
+        from .fused import inference as twin  # the compiled twin (numba, on first use)
+        kernels.record("layernorm_inference", "numba")
+        return twin.layernorm(x, residual, weight, bias, eps, out)
+    kernels.record("layernorm_inference", "numpy")
+    x2 = x.reshape(-1, c)                                          # (N, C)
     y2 = out.reshape(-1, c)                                        # (N, C), shares out's memory
     if not np.shares_memory(y2, out):
         raise ValueError("out must be reshapeable to (N, C) without a copy")
+    r2 = None if residual is None else residual.reshape(-1, c)     # (N, C)
     inv_c, eps = x.dtype.type(1.0 / c), x.dtype.type(eps)
     step = max(1, _ELEMENTS_PER_BLOCK // c)                        # rows per block
     for i in range(0, x2.shape[0], step):
         xb, yb = x2[i:i + step], y2[i:i + step]                    # (n, C)
+        if r2 is not None:
+            xb = np.add(xb, r2[i:i + step], out=yb)                # (n, C) the residual sum
         mean = np.add.reduce(xb, axis=1, keepdims=True)            # (n, 1)
         mean *= inv_c
         np.subtract(xb, mean, out=yb)                              # (n, C) centred
@@ -181,8 +200,10 @@ def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps
     return out
 
 
-def gelu_inference_(x: np.ndarray) -> np.ndarray:
-    """Exact (erf) GELU in place, float32, no cache: x (...) <- x Phi(x); returns x.
+def gelu_inference_(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """Exact (erf) GELU in place, float32, no cache: x (..., C) <- gelu(x + bias) (bias (C,), or
+    none); returns x. With numba (``ops/kernels.py``) the compiled twin ``ops/fused/inference.py``
+    runs instead: the bias, Phi and the product in one pass (tests/ops/test_twins.py).
 
     ``gelu_forward``'s float32 formula step for step (Phi = 1/2 + x Pg(u) / Qg(u), u = min(x^2, 32),
     capped at 1; below -2 sqrt(2) Phi from the erfc tail), written over x in cache-sized blocks:
@@ -191,6 +212,15 @@ def gelu_inference_(x: np.ndarray) -> np.ndarray:
     """
     if x.dtype != np.float32 or not x.flags.c_contiguous:
         raise TypeError(f"gelu_inference_ needs a C-contiguous float32 array, got {x.dtype}")
+    if bias is not None and (x.ndim == 0 or np.shape(bias) != x.shape[-1:]):
+        raise ValueError(f"gelu_inference_: bias must have shape {x.shape[-1:]}, got {np.shape(bias)}")
+    if x.size and kernels.twins("gelu_inference_", x.size, x.dtype):
+        from .fused import inference as twin  # the compiled twin (numba, on first use)
+        kernels.record("gelu_inference_", "numba")
+        return twin.gelu_inplace(x, bias)
+    kernels.record("gelu_inference_", "numpy")
+    if bias is not None:
+        x += bias
     flat = x.reshape(-1)                                            # (N,) view
     m = min(flat.size, _BLOCK)
     u, p, q = (np.empty(m, dtype=np.float32) for _ in range(3))    # (m,) scratch

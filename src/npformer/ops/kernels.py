@@ -119,7 +119,8 @@ PAYS: dict[str, frozenset] = {
     "dropout_forward": _BOTH, "dropout_add_forward": _BOTH,
     "softmax_forward": _F32, "softmax_backward": _F32,
     "gelu_forward": _F32, "gelu_backward": _F32, "gelu_tanh_forward": _F32, "gelu_tanh_backward": _F32,
-    "cross_entropy_forward": _F32, "cross_entropy_backward": _F32}
+    "cross_entropy_forward": _F32, "cross_entropy_backward": _F32,
+    "gelu_inference_": _F32, "layernorm_inference": _BOTH}
 
 
 # auto takes a twin for arrays of this many elements or more (ops/parallel.py's MIN_ELEMENTS, 128K): the
@@ -209,17 +210,19 @@ def _variant(fn: Callable[..., Any], suffix: str) -> Callable[..., Any]:
 
 
 def _compile(fn: Callable[..., Any], parallel_: bool) -> Any:
+    """fn compiled (nogil: a kernel touches no Python object, so the caller's other Python threads, such
+    as SentenceEncoder.encode's, run on while it works)."""
     global _cache_warned
     nb = _require_numba()
     py = _variant(fn, "__parallel" if parallel_ else "__serial")
     try:
-        return nb.njit(cache=True, parallel=parallel_, error_model="numpy")(py)
+        return nb.njit(cache=True, parallel=parallel_, error_model="numpy", nogil=True)(py)
     except RuntimeError as e:                           # no writable cache directory
         if not _cache_warned:
             _cache_warned = True
             warnings.warn(f"npformer: numba kernels compile without a cache ({e}); set NUMBA_CACHE_DIR to a "
                           "writable directory to keep them between runs", RuntimeWarning, stacklevel=3)
-        return nb.njit(cache=False, parallel=parallel_, error_model="numpy")(py)
+        return nb.njit(cache=False, parallel=parallel_, error_model="numpy", nogil=True)(py)
 
 
 class Kernel:

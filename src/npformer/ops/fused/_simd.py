@@ -101,6 +101,18 @@ def _tanh(x):  # type: ignore[no-untyped-def]
     return lambda x: math.tanh(x)
 
 
+def as_dtype_of(v: float, a: np.ndarray) -> float:
+    """v in the dtype of the array a (float32 or float64); a placeholder outside compiled code."""
+    return float(a.dtype.type(v))
+
+
+@overload(as_dtype_of)
+def _as_dtype_of(v, a):  # type: ignore[no-untyped-def]
+    if a.dtype == types.float32:
+        return lambda v, a: np.float32(v)
+    return lambda v, a: np.float64(v)
+
+
 # Row sums: one compiled function each, with only reassociation allowed (and the sign of a zero), so that
 # LLVM vectorizes the float64 accumulation; the kernels call these same functions on every thread, so a
 # row's sum has one order for any thread count (numpy's own sums are pairwise, in another order).
