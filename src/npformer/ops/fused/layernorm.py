@@ -12,7 +12,7 @@ import numpy as np
 from numba import prange
 
 from ..kernels import Kernel
-from ._simd import row_dots_weighted, row_sq_dev, row_sum
+from ._simd import as_dtype_of, row_dots_weighted, row_sq_dev, row_sum
 
 ROWS = 64                     # rows per block of the weight and bias sums (by shape alone)
 
@@ -25,8 +25,9 @@ def _forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float,
         mean = row_sum(xi, 0, c) / c
         rs = 1.0 / np.sqrt(row_sq_dev(xi, mean) / c + eps)
         rstd[i] = rs
+        m, s = as_dtype_of(mean, xi), as_dtype_of(rs, xi)  # in x's dtype, as the reference: float32 runs 2x wide
         for j in range(c):
-            h = (xi[j] - mean) * rs
+            h = (xi[j] - m) * s
             hi[j] = h
             yi[j] = h * weight[j] + bias[j]
 
@@ -40,7 +41,7 @@ def _backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.nda
         for i in range(b * ROWS, min(r, (b + 1) * ROWS)):
             dyi, hi, dxi = dy[i], xhat[i], dx[i]
             s1, s2 = row_dots_weighted(dyi, weight, hi)
-            m1, m2 = s1 / c, s2 / c
+            m1, m2 = as_dtype_of(s1 / c, hi), as_dtype_of(s2 / c, hi)   # in the row's dtype, as the reference
             rs = rstd[i]
             for j in range(c):
                 dw[j] += dyi[j] * hi[j]
