@@ -44,7 +44,7 @@ products on the same threads, in the same run, with the products' FLOPs at that 
 Kernel sets (--kernels, ops/kernels.py): ``both`` (the default where numba imports) times the base step
 twice, on the NumPy references (``numpy``) and with the compiled twins (``auto``), one table and one bar
 each, side by side; ``numpy`` or ``auto`` times one. Each table names the twins that ran. MiniLM's
-encoding runs the packed inference kernels, which have no twin, so it is timed once, under the last set.
+encoding is timed once, under the last set (its in-place GELU and LayerNorm have inference twins).
 
 ``--by-op ROUNDS`` then times the base step once more per kernel set and round (the sets taking turns,
 after one warm-up round) with every op function as its own part, and prints the medians of those above

@@ -42,12 +42,20 @@ same starting weights and batch:
   a wrong gradient cannot empty the comparison;
 - float64, where that rounding is 1e-16: the losses and every element of every parameter after
   the Adam step within 1e-9.
+Where the target is out of reach, the bound: per size, the products-only floor. Every matrix product
+of one npformer step (each ``np.matmul`` call: the products with the weights and the attention's
+batched ones, their operands' shapes, dtypes and layouts, transposed views included, recorded in a
+step after the timing) is timed alone, in order, best of 3 on the same threads; the floor is that time
+over torch's median step. npformer's step cannot go below its products, so a floor above 0.85 puts
+0.85x out of reach at that size whatever the rest costs; the floor over npformer's own median step
+is printed too (the share of its step that is products).
 A full run takes one to two minutes.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from functools import partial
 
 import numpy as np
@@ -146,6 +154,53 @@ def parity(d, layers, t, vocab, x, y, dtype, tol_loss, tol_param) -> None:
           diff, tol_param)
 
 
+def products_floor(step, repeats: int = 3) -> tuple[float, int]:
+    """(seconds, count): every np.matmul of one call of ``step``, recorded, then timed alone in order
+    (operands of the same shapes, dtypes and layouts, made once each), best of ``repeats``."""
+    sigs: list = []
+    matmul = np.matmul
+
+    def layout(x: np.ndarray) -> str:
+        """C: contiguous; T: a view with its last two axes swapped (W.T, k^T); S: other strides."""
+        if x.flags.c_contiguous:
+            return "C"
+        return "T" if x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous else "S"
+
+    def recording(a, b, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sigs.append(tuple((x.shape, x.dtype, layout(x)) for x in (np.asarray(a), np.asarray(b))))
+        return matmul(a, b, *args, **kwargs)
+
+    np.matmul = recording
+    try:
+        with workspace.keep_heap():
+            step()
+    finally:
+        np.matmul = matmul
+    rng = np.random.default_rng(0)
+
+    def operand(shape, dtype, how):  # type: ignore[no-untyped-def]
+        if how == "T":                                         # a transposed view, as W.T, dy.T or k^T
+            return np.swapaxes(rng.standard_normal(shape[:-2] + shape[:-3:-1]).astype(dtype), -1, -2)
+        return rng.standard_normal(shape).astype(dtype)        # C, and S made contiguous (none seen here)
+
+    made: dict = {}
+    work = []
+    for sig in sigs:
+        if sig not in made:
+            (sa, da, la), (sb, db, lb) = sig
+            a, b = operand(sa, da, la), operand(sb, db, lb)
+            made[sig] = (a, b, np.matmul(a, b))
+        work.append(made[sig])
+    best = float("inf")
+    for r in range(repeats + 1):                               # the first round untimed
+        t0 = time.perf_counter()
+        for a, b, out in work:
+            np.matmul(a, b, out=out)
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best, len(sigs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_pairs_args(ap, pairs=15, warmup=3)
@@ -176,14 +231,19 @@ def main() -> None:
         with workspace.keep_heap():          # as the trainer runs its steps (process-wide: torch's side too)
             res = paired(sides, args.pairs, warmup=args.warmup, settle=args.settle)
         print(f"  {model.num_parameters():,} parameters")
-        ratios.append(((d, layers, b, t), print_paired(res)))
+        summary = print_paired(res)
+        floor = products_floor(sides["npformer"])
+        med = summary["medians"]
+        print(f"  products-only floor: the step's {floor[1]} products alone {floor[0] * 1e3:.2f} ms (best of 3): "
+              f"{floor[0] / med['torch']:.2f} of torch's median step, {floor[0] / med['npformer']:.2f} of npformer's")
+        ratios.append(((d, layers, b, t), summary | {"floor": floor[0] / med["torch"]}))
 
     print("\nsummary, npformer / torch time per step, median of the per-pair ratios (IQR), verdict"
           + (":" if args.pairs >= MIN_PAIRS else f" (only {args.pairs} pairs: a smoke test, not a claim):"))
     for (d, layers, b, t), s in ratios:
         first = ", ".join(f"{k} first {m:.2f}" for k, (m, _) in s["by_first"].items())
         print(f"  d_model {d:>3}, {layers} layers, {b:>2} x {t:<3} tokens: {s['median']:.2f}x "
-              f"({s['q1']:.2f}-{s['q3']:.2f}), {s['verdict']}; {first}")
+              f"({s['q1']:.2f}-{s['q3']:.2f}), {s['verdict']}; {first}; products-only floor {s['floor']:.2f}")
 
 
 if __name__ == "__main__":
