@@ -44,11 +44,11 @@ same starting weights and batch:
   the Adam step within 1e-9.
 Where the target is out of reach, the bound: per size, the products-only floor. Every matrix product
 of one npformer step (each ``np.matmul`` call: the products with the weights and the attention's
-batched ones, their operands' shapes, dtypes and layouts, transposed views included, recorded in a
-step after the timing) is timed alone, in order, best of 3 on the same threads; the floor is that time
-over torch's median step. npformer's step cannot go below its products, so a floor above 0.85 puts
-0.85x out of reach at that size whatever the rest costs; the floor over npformer's own median step
-is printed too (the share of its step that is products).
+batched ones, their operands' shapes, dtypes and layouts, transposed and strided views included,
+recorded in a step after the timing) is timed alone, in order, best of 3 on the same threads; the
+floor is that time over torch's median step. npformer's step cannot go below its products, so a floor
+above 0.85 puts 0.85x out of reach at that size whatever the rest costs; the floor over npformer's own
+median step is printed too (the share of its step that is products).
 A full run takes one to two minutes.
 """
 from __future__ import annotations
@@ -160,11 +160,12 @@ def products_floor(step, repeats: int = 3) -> tuple[float, int]:
     sigs: list = []
     matmul = np.matmul
 
-    def layout(x: np.ndarray) -> str:
-        """C: contiguous; T: a view with its last two axes swapped (W.T, k^T); S: other strides."""
+    def layout(x: np.ndarray) -> tuple:
+        """C: contiguous; T: a view with its last two axes swapped (W.T, k^T); otherwise its strides
+        (the attention's heads, strided views of the projection's output)."""
         if x.flags.c_contiguous:
-            return "C"
-        return "T" if x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous else "S"
+            return ("C",)
+        return ("T",) if x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous else ("S", x.strides)
 
     def recording(a, b, *args, **kwargs):  # type: ignore[no-untyped-def]
         sigs.append(tuple((x.shape, x.dtype, layout(x)) for x in (np.asarray(a), np.asarray(b))))
@@ -179,9 +180,15 @@ def products_floor(step, repeats: int = 3) -> tuple[float, int]:
     rng = np.random.default_rng(0)
 
     def operand(shape, dtype, how):  # type: ignore[no-untyped-def]
-        if how == "T":                                         # a transposed view, as W.T, dy.T or k^T
+        if how[0] == "T":                                      # a transposed view, as W.T, dy.T or k^T
             return np.swapaxes(rng.standard_normal(shape[:-2] + shape[:-3:-1]).astype(dtype), -1, -2)
-        return rng.standard_normal(shape).astype(dtype)        # C, and S made contiguous (none seen here)
+        if how[0] == "S":                                      # the same strides over a buffer of its extent
+            strides = how[1]
+            span = sum((n - 1) * abs(st) for n, st in zip(shape, strides, strict=True)) // dtype.itemsize + 1
+            base = rng.standard_normal(span).astype(dtype)
+            return np.lib.stride_tricks.as_strided(base, shape, strides) if min(strides, default=0) >= 0 \
+                else rng.standard_normal(shape).astype(dtype)
+        return rng.standard_normal(shape).astype(dtype)
 
     made: dict = {}
     work = []
