@@ -39,9 +39,10 @@ def test_attention_inference_equals_forward(rng, t_q, t_k, block):
     assert np.isfinite(big).all() and max_rel(big, attention_forward(q * 40, k, v)[0]) < TOL
 
 
-def test_attention_inference_strided_views_and_out(rng):
+@pytest.mark.parametrize("t", [11, 40])        # 40 keys: k^T copied contiguous (KT_COPY_MIN_KEYS), 11: a view
+def test_attention_inference_strided_views_and_out(rng, t):
     """Heads read straight from a (T, 3E) projection and written into a (T, E) buffer."""
-    t, h, d = 11, 4, 6
+    h, d = 4, 6
     qkv = rng.normal(size=(t, 3 * h * d))                             # (T, 3E)
     heads = qkv.reshape(t, 3, h, d).transpose(1, 2, 0, 3)             # (3, H, T, D) view
     buf = np.full((t, h * d), np.nan)                                 # (T, E)
