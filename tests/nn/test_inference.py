@@ -52,6 +52,13 @@ def test_attention_inference_strided_views_and_out(rng, t):
     assert max_rel(buf.reshape(t, h, d).transpose(1, 0, 2), ref) < TOL
 
 
+def test_layernorm_inference_of_a_transposed_view(rng):
+    """x with any strides (here a 3-d transposed view) and no out: the result is made C-ordered."""
+    x = rng.normal(size=(4, 3, 2)).transpose(2, 1, 0)               # (2, 3, 4), neither C nor a plain view
+    w, b = rng.normal(size=4), rng.normal(size=4)
+    assert max_rel(layernorm_inference(x, w, b), layernorm_forward(x, w, b)[0]) < TOL
+
+
 def test_attention_inference_float32_stays_float32(rng):
     q, k, v = (rng.normal(size=(3, 10, 4)).astype(np.float32) for _ in range(3))
     out = attention_inference(q, k, v)

@@ -178,7 +178,7 @@ def layernorm_inference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps
     c = x.shape[-1]
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"layernorm_inference: residual's shape {residual.shape} must be x's {x.shape}")
-    out = np.empty_like(x) if out is None else out
+    out = np.empty(x.shape, x.dtype) if out is None else out      # C-ordered whatever x's strides
     if (x.dtype in kernels.FLOATS and c > 0 and all(a.flags.c_contiguous and a.dtype == x.dtype and a.shape == x.shape
                                                     for a in (x, out) + (() if residual is None else (residual,)))
             and kernels.twins("layernorm_inference", x.size, x.dtype)):
