@@ -136,6 +136,8 @@ def test_gelu_inference_twin():
             close(twin, want)
     with pytest.raises(ValueError, match="bias must have shape"):
         ops.gelu_inference_(np.zeros((2, 3), np.float32), np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="got float32, not C-contiguous"):
+        ops.gelu_inference_(np.zeros((3, 2), np.float32).T)
 
 
 def _mask(rng, shape):

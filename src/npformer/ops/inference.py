@@ -222,7 +222,8 @@ def gelu_inference_(x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray
     layer is most of gelu_forward's cost besides the arithmetic. x must be C-contiguous float32.
     """
     if x.dtype != np.float32 or not x.flags.c_contiguous:
-        raise TypeError(f"gelu_inference_ needs a C-contiguous float32 array, got {x.dtype}")
+        raise TypeError(f"gelu_inference_ needs a C-contiguous float32 array, got {x.dtype}"
+                        f"{'' if x.flags.c_contiguous else ', not C-contiguous'}")
     if bias is not None and (x.ndim == 0 or np.shape(bias) != x.shape[-1:]):
         raise ValueError(f"gelu_inference_: bias must have shape {x.shape[-1:]}, got {np.shape(bias)}")
     if x.size and kernels.twins("gelu_inference_", x.size, x.dtype):
