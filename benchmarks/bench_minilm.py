@@ -437,6 +437,7 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from npformer.ops import kernels
     from npformer.pretrained import SentenceEncoder
     from npformer.pretrained.parallel import default_threads
 
@@ -490,7 +491,9 @@ def main() -> None:
         n_tok = sum(len(x) for x in ours)
         print(f"\n{name}: {len(batches)} batch(es) of {args.batch_size}, {n_tok / len(texts):.1f} word pieces a text "
               f"({min(map(len, ours))}-{max(map(len, ours))}); one batch per round, {args.pairs} rounds", flush=True)
+        kernels.clear_used()
         rows[name] = compare(name, batches, runners, args, lambda i, f=floors: f[i])
+        print(f"  npformer's kernels in these rounds (calls): {kernels.summary(counts=True)}")
 
     lat = {}
     if args.queries > 0:
@@ -505,7 +508,9 @@ def main() -> None:
             name = f"queries/{g} ({min(q_len)}-{max(q_len)} word pieces)"
             print(f"\nbatch 1, {name}: {len(queries)} queries, one per round", flush=True)
             run_pairs = argparse.Namespace(**{**vars(args), "pairs": max(args.pairs, len(queries))})
+            kernels.clear_used()
             lat[name] = compare(name, [[q] for q in queries], runners, run_pairs, lambda i, f=floors: f[i])
+            print(f"  npformer's kernels in these rounds (calls): {kernels.summary(counts=True)}")
             print(f"  products alone, median over the queries: {statistics.median(floors) * 1e3:.2f} ms "
                   "(one thread)")
         print(f"\nbatch-1 bound: the encoder's weights, {w_bytes / 1e6:.1f} MB, read once per query: over the "

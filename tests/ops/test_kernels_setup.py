@@ -172,3 +172,19 @@ def test_the_grader_grades_against_the_float64_references():
                         assert want.dtype == np.float64 and got.dtype == np.float64, (name, key)
                         w, g = np.nan_to_num(want), np.nan_to_num(got)
                         assert np.linalg.norm(g - w) <= 1e-12 * max(np.linalg.norm(w), 1e-300), (name, key)
+
+
+def test_summary_names_every_implementation_an_op_ran_with_its_calls():
+    kernels.clear_used()
+    assert kernels.summary() == "no op has run yet"
+    x = np.ones((2, 3), np.float32)
+    with ops.use_kernels("numpy"):
+        ops.layernorm_inference(x, np.ones(3, np.float32), np.zeros(3, np.float32))
+        ops.layernorm_inference(x, np.ones(3, np.float32), np.zeros(3, np.float32))
+    assert kernels.summary() == "numpy: layernorm_inference"
+    assert kernels.summary(counts=True) == "numpy: layernorm_inference (2)"
+    kernels.record("layernorm_inference", "numba")           # as a large array on auto would
+    assert kernels.summary(counts=True) == "numba: layernorm_inference (1); numpy: layernorm_inference (2)"
+    assert kernels.kernels_used() == {"layernorm_inference": "numba"}   # the latest call
+    kernels.clear_used()
+    assert kernels.summary() == "no op has run yet" and kernels.kernels_used() == {}

@@ -43,6 +43,7 @@ FLOATS = (np.dtype(np.float32), np.dtype(np.float64))   # the dtypes the twins a
 
 _override: str | None = None          # use_kernels' setting; None: the environment's
 _used: dict[str, str] = {}
+_calls: dict[tuple[str, str], int] = {}   # (op, implementation) -> calls since clear_used()
 _numba: Any = None                    # the numba module once imported
 _numba_tried = False
 _lock = threading.Lock()
@@ -149,6 +150,7 @@ def twins(op: str, size: int, dtype: Any = None) -> bool:
 def record(op: str, impl: str) -> None:
     """Note that ``op`` ran ``impl`` (``"numba"`` or ``"numpy"``)."""
     _used[op] = impl
+    _calls[op, impl] = _calls.get((op, impl), 0) + 1
 
 
 def kernels_used() -> dict[str, str]:
@@ -158,13 +160,16 @@ def kernels_used() -> dict[str, str]:
 
 def clear_used() -> None:
     _used.clear()
+    _calls.clear()
 
 
-def summary() -> str:
-    """One line: the ops that ran on each implementation (for ``npformer info`` and the benchmarks)."""
+def summary(counts: bool = False) -> str:
+    """One line: the ops that ran on each implementation since ``clear_used()`` (for ``npformer info`` and
+    the benchmarks); an op that ran on both is named under both (a twin takes large arrays only, on
+    ``auto``). counts: each op's number of calls beside it."""
     by: dict[str, list[str]] = {}
-    for op, impl in sorted(_used.items()):
-        by.setdefault(impl, []).append(op)
+    for (op, impl), n in sorted(_calls.items()):
+        by.setdefault(impl, []).append(f"{op} ({n:,})" if counts else op)
     return "; ".join(f"{impl}: {', '.join(ops)}" for impl, ops in sorted(by.items())) or "no op has run yet"
 
 
