@@ -9,10 +9,11 @@
 Same formulas, no caches: they work in blocks that stay in the L2 cache and write into given
 buffers. Two of them have compiled twins (numba, ``ops/kernels.py`` chooses): ``gelu_inference_``
 with its bias and ``layernorm_inference`` with its residual run ``ops/fused/inference.py``, one pass
-each (tests/ops/test_twins.py). tests/nn/test_inference.py pins each equal to its reference op (float64, 1e-12); the
-reference ops are checked against PyTorch in tests/ops. tests/pretrained/test_minilm_kernels.py pins
-``matmul_inference`` to np.matmul, and attention_inference's two softmax paths (with and without
-the row maxima) to attention_forward, in float64 and at the edges of float32's range.
+each (tests/ops/test_twins.py). tests/nn/test_inference.py pins each equal to its reference op
+(float64, 1e-12); the reference ops are checked against PyTorch in tests/ops.
+tests/pretrained/test_minilm_kernels.py pins ``matmul_inference`` to np.matmul, and
+attention_inference's two softmax paths (with and without the row maxima) to attention_forward, in
+float64 and at the edges of float32's range.
 
 Dimension legend:
     ...  any leading batch / head dimensions
