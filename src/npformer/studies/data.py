@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..data.gripper import GripperTask
 from .common import Setting
 from .episodes import QUIET, EpisodeStudy, play_arm, success_panel, versus
 from .figures import new_figure, save
 
 DEMOS = (100, 300, 1000, 3000)
 BINS = (8, 32, 256)
-DEFAULT_DEMOS = 1000
-DEFAULT_BINS = 32                   # the task's own (GripperTask.Settings.action_bins): the demonstrations' sweep
+DEFAULT_DEMOS = GripperTask.Settings.demos         # the task's own: the bins' sweep runs at it
+DEFAULT_BINS = GripperTask.Settings.action_bins    # the task's own (32): the demonstrations' sweep runs at it
 
 
 def label(demos: int, bins: int) -> str:
