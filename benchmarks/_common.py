@@ -447,6 +447,54 @@ def check(label: str, diff: float, tol: float) -> None:
         raise SystemExit(1)
 
 
+def matmul_signature(a, b) -> tuple:
+    """What a product's speed depends on: (a's shape, a's layout, b's shape, b's layout, the result dtype).
+    A layout is ("C",) contiguous, ("T",) a view with its last two axes swapped (W.T, dy.T, k^T), or
+    ("S", strides) for other strides (attention's heads, strided views of a packed projection)."""
+    import numpy as np
+
+    def layout(x) -> tuple:  # type: ignore[no-untyped-def]
+        if x.flags.c_contiguous:
+            return ("C",)
+        return ("T",) if x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous else ("S", x.strides)
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape, layout(a), b.shape, layout(b), np.result_type(a, b).str
+
+
+def products_alone(sigs: list, repeats: int = 3) -> float:
+    """Seconds: the products of ``matmul_signature``s, in order, operands of the same shapes, dtype and
+    layouts made once per signature, best of ``repeats`` (after one untimed round)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def operand(shape, how, dt):  # type: ignore[no-untyped-def]
+        if how[0] == "T":
+            return np.swapaxes(rng.standard_normal(shape[:-2] + shape[:-3:-1]).astype(dt), -1, -2)
+        if how[0] == "S" and min(how[1], default=0) >= 0:      # the same strides over a buffer of its extent
+            itemsize = np.dtype(dt).itemsize
+            span = sum((n - 1) * st for n, st in zip(shape, how[1], strict=True)) // itemsize + 1
+            return np.lib.stride_tricks.as_strided(rng.standard_normal(span).astype(dt), shape, how[1])
+        return rng.standard_normal(shape).astype(dt)
+
+    made: dict = {}
+    work = []
+    for sig in sigs:
+        if sig not in made:
+            sa, la, sb, lb, dt = sig
+            a, b = operand(sa, la, dt), operand(sb, lb, dt)
+            made[sig] = (a, b, np.matmul(a, b))
+        work.append(made[sig])
+    best = float("inf")
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        for a, b, out in work:
+            np.matmul(a, b, out=out)
+        if r:
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def sgemm_peak(n: int = 2048, repeats: int = 5, torch=None) -> float:
     """GFLOP/s of the best of ``repeats`` float32 (n, n) @ (n, n) products (2 n^3 FLOPs each) in
     numpy, or in torch when given the torch module: the machine's practical matrix-product rate

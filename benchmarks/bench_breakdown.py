@@ -70,7 +70,17 @@ from collections import defaultdict
 
 import numpy as np
 
-from _common import add_threads_arg, base_model_and_batch, check, paired, print_setup, set_threads, sgemm_peak
+from _common import (
+    add_threads_arg,
+    base_model_and_batch,
+    check,
+    matmul_signature,
+    paired,
+    print_setup,
+    products_alone,
+    set_threads,
+    sgemm_peak,
+)
 
 PARTS = ("products", "attention", "elementwise", "loss", "optimizer", "tokenizer", "other")
 PART_LABELS = {
@@ -105,7 +115,7 @@ class Recorder:
         if part == "matmul":
             part = "attention" if any(f[0] == "attention" for f in self.stack) else "products"
             if part == "products":
-                self.products.append(signature(args[0], args[1]))
+                self.products.append(matmul_signature(args[0], args[1]))
         frame = [part, 0.0]
         self.stack.append(frame)
         t0 = time.perf_counter()
@@ -120,14 +130,6 @@ class Recorder:
 
 
 REC = Recorder()
-
-
-def signature(a, b) -> tuple:
-    """What a product's speed depends on: each operand's shape, and whether it is a transposed view."""
-    def one(x):
-        x = np.asarray(x)
-        return x.shape, "F" if x.ndim == 2 and x.flags.f_contiguous and not x.flags.c_contiguous else "C"
-    return one(a) + one(b) + (np.result_type(a, b).str,)
 
 
 def timed(fn, part: str):
@@ -208,31 +210,6 @@ def uninstall(undo: list) -> None:
 
 
 # -- timing -----------------------------------------------------------------------------------
-
-def products_alone(sigs: list, repeats: int = 3) -> float:
-    """Seconds: the recorded products in order, operands made once per signature, best of ``repeats``."""
-    rng = np.random.default_rng(0)
-    ops, made = [], {}
-    for sig in sigs:
-        if sig not in made:
-            sa, la, sb, lb, dt = sig
-
-            def operand(shape, layout, dt):
-                if layout == "F":
-                    return rng.standard_normal(shape[::-1]).astype(dt).T
-                return rng.standard_normal(shape).astype(dt)
-            a, b = operand(sa, la, dt), operand(sb, lb, dt)
-            made[sig] = (a, b, np.matmul(a, b))
-        ops.append(made[sig])
-    best = float("inf")
-    for r in range(repeats + 1):
-        t0 = time.perf_counter()
-        for a, b, out in ops:
-            np.matmul(a, b, out=out)
-        if r:
-            best = min(best, time.perf_counter() - t0)
-    return best
-
 
 def flops(sigs: list) -> float:
     total = 0.0

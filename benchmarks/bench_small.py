@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from functools import partial
 
 import numpy as np
@@ -70,9 +69,11 @@ from _common import (
     add_pairs_args,
     add_threads_arg,
     check,
+    matmul_signature,
     paired,
     print_paired,
     print_setup,
+    products_alone,
     set_threads,
     small_lm,
     small_step,
@@ -155,20 +156,13 @@ def parity(d, layers, t, vocab, x, y, dtype, tol_loss, tol_param) -> None:
 
 
 def products_floor(step, repeats: int = 3) -> tuple[float, int]:
-    """(seconds, count): every np.matmul of one call of ``step``, recorded, then timed alone in order
-    (operands of the same shapes, dtypes and layouts, made once each), best of ``repeats``."""
+    """(seconds, count): every np.matmul of one call of ``step``, recorded (``matmul_signature``), then
+    timed alone in order (``products_alone``), best of ``repeats``."""
     sigs: list = []
     matmul = np.matmul
 
-    def layout(x: np.ndarray) -> tuple:
-        """C: contiguous; T: a view with its last two axes swapped (W.T, k^T); otherwise its strides
-        (the attention's heads, strided views of the projection's output)."""
-        if x.flags.c_contiguous:
-            return ("C",)
-        return ("T",) if x.ndim >= 2 and np.swapaxes(x, -1, -2).flags.c_contiguous else ("S", x.strides)
-
     def recording(a, b, *args, **kwargs):  # type: ignore[no-untyped-def]
-        sigs.append(tuple((x.shape, x.dtype, layout(x)) for x in (np.asarray(a), np.asarray(b))))
+        sigs.append(matmul_signature(a, b))
         return matmul(a, b, *args, **kwargs)
 
     np.matmul = recording
@@ -177,35 +171,7 @@ def products_floor(step, repeats: int = 3) -> tuple[float, int]:
             step()
     finally:
         np.matmul = matmul
-    rng = np.random.default_rng(0)
-
-    def operand(shape, dtype, how):  # type: ignore[no-untyped-def]
-        if how[0] == "T":                                      # a transposed view, as W.T, dy.T or k^T
-            return np.swapaxes(rng.standard_normal(shape[:-2] + shape[:-3:-1]).astype(dtype), -1, -2)
-        if how[0] == "S":                                      # the same strides over a buffer of its extent
-            strides = how[1]
-            span = sum((n - 1) * abs(st) for n, st in zip(shape, strides, strict=True)) // dtype.itemsize + 1
-            base = rng.standard_normal(span).astype(dtype)
-            return np.lib.stride_tricks.as_strided(base, shape, strides) if min(strides, default=0) >= 0 \
-                else rng.standard_normal(shape).astype(dtype)
-        return rng.standard_normal(shape).astype(dtype)
-
-    made: dict = {}
-    work = []
-    for sig in sigs:
-        if sig not in made:
-            (sa, da, la), (sb, db, lb) = sig
-            a, b = operand(sa, da, la), operand(sb, db, lb)
-            made[sig] = (a, b, np.matmul(a, b))
-        work.append(made[sig])
-    best = float("inf")
-    for r in range(repeats + 1):                               # the first round untimed
-        t0 = time.perf_counter()
-        for a, b, out in work:
-            np.matmul(a, b, out=out)
-        if r:
-            best = min(best, time.perf_counter() - t0)
-    return best, len(sigs)
+    return products_alone(sigs, repeats), len(sigs)
 
 
 def main() -> None:
