@@ -21,7 +21,7 @@ from numba import prange
 
 from ..kernels import Kernel
 from ._simd import as_dtype_of, row_sq_dev, row_sum
-from .activations import SEG, SUB, _phi, _span, _tail
+from .activations import SEG, SUB, _consts, _phi, _rows, _span, _tail
 
 
 def _gelu(x: np.ndarray, bias: np.ndarray, k: np.ndarray) -> None:
@@ -76,10 +76,8 @@ layernorm_kernel = Kernel(_layernorm)
 
 def gelu_inplace(x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """x (..., C) float32, C-contiguous, <- gelu(x + bias); returns x."""
-    from .activations import _consts
-    c = x.shape[-1] if x.ndim else 1
     b = np.empty(0, x.dtype) if bias is None else np.ascontiguousarray(bias, x.dtype)   # (C,) or (0,)
-    gelu_kernel(x.reshape(-1, max(c, 1)), b, _consts(x.dtype))
+    gelu_kernel(_rows(x), b, _consts(x.dtype))                         # (R, C), a view of x: in place
     return x
 
 
