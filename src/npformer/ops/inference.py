@@ -48,12 +48,11 @@ SCORES_BLOCK = 1 << 17
 EXP_SAFE = 60.0
 
 # k^T is copied contiguous when k is a strided view (a head of the packed q|k|v projection) with at least
-# this many keys. numpy's stacked matmul with a transposed strided operand ran the scores' products up to
-# 1.75x slower than with k^T contiguous (12 heads of 32, one thread: 1 text of 256 keys 956 against 546 us
-# copy included; 8 texts of 40 keys 197 against 156), while for a few keys the copy costs more than it
-# saves (32 texts of 12 keys: 75 against 128 us). Whole batches of 64 on 2 threads, the copy on against off,
-# alternating: 0.97 to 0.98 of the time on short, mixed and long texts. Throwaway probes, 2026-12-06, a
-# 2-core AMD EPYC; a threshold from one machine, which moves little either way.
+# this many keys: numpy's stacked matmul with a transposed strided operand ran the scores' products slower
+# than with k^T copied contiguous, the copy included, for many keys, and faster for a few
+# (benchmarks/bench_bounds.py --only strided-kt; on a 2-core AMD EPYC, 12 heads of 32, one thread, in
+# attention_inference's query blocks: the view 1.74x the copy's time for one text of 256 keys, 1.24x for
+# 8 texts of 40, 0.65x for 32 texts of 12). A threshold from one machine.
 KT_COPY_MIN_KEYS = 32
 
 # The inference LayerNorm goes through whole rows, about this many elements at a time: 65,536

@@ -1,0 +1,154 @@
+"""Three measured bounds behind choices in docs/DESIGN.md, each a pair of variants timed side by side.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_bounds.py
+    (options: --pairs 15 --warmup 2 --settle 0; a smoke test: --pairs 3)
+
+- gelu-tail: the exact GELU twin's forward (``ops/fused/activations.py``, one thread) against the same
+  kernel with no erfc tail (the fitted erf alone, Phi clipped to [0, 1]), on 10^6 standard-normal
+  float32 elements: what the exact tail costs. Also printed: the tail-free form's largest error against
+  float64's exact GELU over x in [-7, -2.5], the region where it would differ from the reference.
+- strided-kt: ``q @ k^T`` with k a head of a packed (B, T, 3, H, D) projection, its transposed view as
+  attention takes it, against copying k^T contiguous first (the copy inside the timing), at the
+  training heads of bench_small's three sizes and the base model (all queries in one product, on numpy's
+  BLAS threads), and at MiniLM's heads (12 of 32; one text of 256 keys, 8 of 40, 32 of 12), on one thread
+  and in blocks of query rows, as ``attention_inference`` takes them.
+- sfc64-lanes: the dropout twin's generator, SFC64 (``ops/fused/dropout.py``), one stream against eight
+  streams' steps written out side by side in one loop, 2^20 64-bit outputs either way (the same outputs
+  per stream, checked against numpy's ``random_raw``).
+
+Each pair: ``_common.paired``, the order alternating, each side's median and the median per-round
+ratio with its IQR.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from _common import add_pairs_args, check, paired, print_paired, print_setup
+from npformer.ops import kernels
+
+
+def gelu_tail(args) -> None:
+    from numba import njit
+
+    from npformer.ops.fused import activations as act
+    from npformer.ops.fused.activations import SEG, _consts, _phi, _span, forward_kernel
+
+    @njit(cache=False, error_model="numpy")
+    def no_tail(x, y, aux, k):  # type: ignore[no-untyped-def]
+        r, c = x.shape
+        nseg = (c + SEG - 1) // SEG
+        for task in range(r * nseg):
+            i, lo, m = _span(task, nseg, c)
+            xi, yi, ai = x[i, lo:lo + m], y[i, lo:lo + m], aux[i, lo:lo + m]
+            for j in range(m):
+                yv, cdf = _phi(xi[j], k)
+                cdf = max(cdf, np.float32(0.0))
+                ai[j] = cdf
+                yi[j] = xi[j] * cdf
+
+    x = np.random.default_rng(0).standard_normal((1, 10**6)).astype(np.float32)       # (1, N)
+    k, none = _consts(np.float32), np.empty(0, np.float32)
+    y1, a1, y2, a2 = (np.empty_like(x) for _ in range(4))
+    with kernels.use_kernels("numba"):
+        act.gelu_forward(x[:, :10], None, False)                                    # compiles the twin
+    exact = forward_kernel._serial
+
+    res = paired({"exact tail": lambda: exact(x, none, False, k, y1, x, a1),
+                  "no tail": lambda: no_tail(x, y2, a2, k)}, args.pairs, warmup=args.warmup, settle=args.settle)
+    print("\n== gelu-tail: the exact GELU twin's forward, one thread, 10^6 standard-normal float32 ==")
+    print_paired(res)
+    t = np.linspace(-7, -2.5, 200_001).reshape(1, -1).astype(np.float32)            # (1, M)
+    yt, at = np.empty_like(t), np.empty_like(t)
+    no_tail(t, yt, at, k)
+    t64 = t.astype(np.float64)
+    exact64 = t64 * 0.5 * np.vectorize(math.erfc)(-t64 / math.sqrt(2.0))
+    print(f"  the tail-free form's largest |error| against float64 over x in [-7, -2.5]: "
+          f"{np.abs(yt - exact64).max():.2e}")
+
+
+def strided_kt(args) -> None:
+    from npformer.ops.inference import INFERENCE_BLOCK
+
+    shapes = [("bench_small d_model 64", 64, 4, 32, 16, None), ("bench_small d_model 128", 32, 4, 64, 32, None),
+              ("bench_small d_model 256", 16, 4, 128, 64, None), ("the base model", 8, 8, 32, 64, None),
+              ("MiniLM, 1 text of 256 keys", 1, 12, 256, 32, 1), ("MiniLM, 8 texts of 40", 8, 12, 40, 32, 1),
+              ("MiniLM, 32 texts of 12", 32, 12, 12, 32, 1)]
+    print("\n== strided-kt: q @ k^T, k a head of the packed projection: its transposed view against a "
+          "contiguous copy of k^T (the copy timed) ==")
+    for name, b, h, t, d, threads in shapes:
+        qkv = np.random.default_rng(0).standard_normal((b, t, 3, h, d)).astype(np.float32)  # (B, T, 3, H, D)
+        q, k = qkv.transpose(2, 0, 3, 1, 4)[:2]                                        # (B, H, T, D) views
+        out = np.empty((b, h, t, t), np.float32)                                        # (B, H, T, T)
+        # training attention takes all queries at once; attention_inference (MiniLM) in blocks of rows
+        rows = t if threads is None else max(1, INFERENCE_BLOCK // (t * d))
+
+        def scores(k_t, q=q, out=out, rows=rows, t=t):  # type: ignore[no-untyped-def]
+            for i in range(0, t, rows):
+                np.matmul(q[..., i:i + rows, :], k_t, out=out[..., i:i + rows, :])
+
+        with threadpool_limits(threads):
+            res = paired({"view": lambda k=k, f=scores: f(np.swapaxes(k, -1, -2)),
+                          "copy first": lambda k=k, f=scores: f(np.ascontiguousarray(np.swapaxes(k, -1, -2)))},
+                         args.pairs, warmup=args.warmup, settle=args.settle)
+        where = f", one thread, queries {rows} at a time" if threads else ""
+        print(f"\n{name}: {b} x {h} heads of {t} x {d}{where}")
+        print_paired(res, unit="ms")
+
+
+def sfc64_lanes(args) -> None:
+    from numba import njit
+
+    lanes = 8
+    consts = {"_1": np.uint64(1), "_3": np.uint64(3), "_11": np.uint64(11), "_24": np.uint64(24),
+              "_40": np.uint64(40)}
+
+    def step(v: str) -> list[str]:                 # one SFC64 step of stream v, as ops/fused/dropout.py takes it
+        return [f"t{v} = a{v} + b{v} + k{v}", f"k{v} += _1", f"a{v} = b{v} ^ (b{v} >> _11)",
+                f"b{v} = c{v} + (c{v} << _3)", f"c{v} = ((c{v} << _24) | (c{v} >> _40)) + t{v}"]
+
+    src = ["def side_by_side(st, out):"]
+    src += [f"    a{v}, b{v}, c{v}, k{v} = st[0, {v}], st[1, {v}], st[2, {v}], st[3, {v}]" for v in range(lanes)]
+    src.append("    for j in range(out.shape[0]):")
+    for v in range(lanes):
+        src += ["        " + s for s in step(str(v))] + [f"        out[j, {v}] = t{v}"]
+    src += ["def one(st, out):", "    a0, b0, c0, k0 = st[0, 0], st[1, 0], st[2, 0], st[3, 0]",
+            "    for j in range(out.shape[0]):"] + ["        " + s for s in step("0")] + ["        out[j] = t0"]
+    scope = dict(consts)
+    exec("\n".join(src), scope)                    # generated: eight streams written out by hand would be 50 lines
+    side_by_side = njit(cache=False, error_model="numpy")(scope["side_by_side"])
+    one = njit(cache=False, error_model="numpy")(scope["one"])
+
+    states = np.array([np.random.SFC64(np.random.SeedSequence(1, spawn_key=(v,))).state["state"]["state"]
+                       for v in range(lanes)], np.uint64).T.copy()                   # (4, lanes)
+    o1, o8 = np.empty(1 << 20, np.uint64), np.empty(((1 << 20) // lanes, lanes), np.uint64)
+    one(states, o1), side_by_side(states, o8)
+    check("sfc64-lanes: outputs that differ from numpy's random_raw", int(
+        (o1[:1000] != np.random.SFC64(np.random.SeedSequence(1, spawn_key=(0,))).random_raw(1000)).sum()
+        + (o8[:, 5] != np.random.SFC64(np.random.SeedSequence(1, spawn_key=(5,))).random_raw(o8.shape[0])).sum()), 0)
+    res = paired({"8 streams side by side": lambda: side_by_side(states, o8), "one stream": lambda: one(states, o1)},
+                 args.pairs, warmup=args.warmup, settle=args.settle)
+    print("\n== sfc64-lanes: 2^20 SFC64 outputs, one thread ==")
+    print_paired(res)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_pairs_args(ap, settle=0.0)
+    ap.add_argument("--only", default="gelu-tail,strided-kt,sfc64-lanes", help="comma-separated, of those three")
+    args = ap.parse_args()
+    if kernels.numba_module() is None:
+        raise SystemExit("bench_bounds needs numba: pip install 'npformer[fast]'")
+    print_setup()
+    probes = {"gelu-tail": gelu_tail, "strided-kt": strided_kt, "sfc64-lanes": sfc64_lanes}
+    for name in args.only.split(","):
+        if name not in probes:
+            raise SystemExit(f"--only: expected some of {', '.join(probes)}, got {name!r}")
+        probes[name](args)
+
+
+if __name__ == "__main__":
+    main()
