@@ -77,6 +77,17 @@ def test_layernorm_twin(dtype, shape):
         close(t, r, zeros=False)
 
 
+def sparse_and_mixed_tails(rng):
+    """Inputs whose tail (below -2 sqrt(2)) is sparse, at the 64-element sub-blocks' and the 4,096-element
+    spans' edges too, or absent, or dense in one row's first blocks; and rows of several spreads side by side."""
+    x = rng.standard_normal((3, 4100))                                # about one in 430 below the cut
+    x[0, [0, 63, 64, 4095, 4096, 4099]] = -3.5                       # sub-block and span edges
+    x[1] = np.abs(x[1])                                               # no tail at all
+    x[2, :100] = -4.0 - rng.random(100)                               # one row's tail in its first blocks
+    mixed = rng.standard_normal((6, 700)) * np.array([0.5, 1.0, 1.0, 2.0, 3.0, 1.0])[:, None]
+    return x, mixed
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form", ["erf", "tanh"])
 def test_gelu_twin(dtype, form):
@@ -85,9 +96,10 @@ def test_gelu_twin(dtype, form):
                                                                              ops.gelu_tanh_backward)
     names = ["gelu_forward", "gelu_backward"] if form == "erf" else ["gelu_tanh_forward", "gelu_tanh_backward"]
     extremes = np.array([-30.0, -12.0, -5.0, -2.9, -1e-3, 0.0, 1e-3, 2.9, 5.0, 12.0])
-    # (2, 4100) and 9,001 elements: rows split at 4,096 elements among threads, the tail checked 64 at a time
+    # (2, 4100) and 9,001 elements: rows split at 4,096 elements among threads, the tail checked 64 at a time;
+    # standard deviation 3: a tail element in most sub-blocks; 1: in few
     for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1)),
-              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3):
+              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3, *sparse_and_mixed_tails(rng)):
         x = x.astype(dtype)
         dy = rng.standard_normal(x.shape).astype(dtype)
         for bias in (None, rng.standard_normal(x.shape[-1]).astype(dtype)):
@@ -127,11 +139,14 @@ def test_gelu_inference_twin():
     rng = np.random.default_rng(12)
     extremes = np.array([-30.0, -12.0, -5.0, -2.9, -1e-3, 0.0, 1e-3, 2.9, 5.0, 12.0])
     for x in (rng.standard_normal((5, 33)) * 3, extremes[None, :], rng.standard_normal((1, 1)),
-              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3, np.zeros((3, 70))):
+              rng.standard_normal((2, 4100)) * 3, rng.standard_normal(9001) * 3, np.zeros((3, 70)),
+              *sparse_and_mixed_tails(rng)):
         x = x.astype(np.float32)
         for bias in (None, rng.standard_normal(x.shape[-1]).astype(np.float32)):
             twin, ref = both(["gelu_inference_"], lambda x, bias=bias: ops.gelu_inference_(x, bias), x)
             close(twin, ref)
+            tail = (x if bias is None else x + bias) < -2 * np.sqrt(2)   # tiny values: each to its own scale
+            np.testing.assert_allclose(twin[tail], ref[tail], rtol=1e-6, atol=0)
             want = ops.gelu_forward(x, bias)[0]                       # the training op's forward
             close(twin, want)
     with pytest.raises(ValueError, match="bias must have shape"):
