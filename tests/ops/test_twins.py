@@ -246,6 +246,21 @@ def test_dropout_twin_streams_are_numpys_sfc64():
     assert np.array_equal(out, mask)
 
 
+def test_dropout_twin_seeds_as_numpy():
+    """The twin's block states, seeded without NumPy's objects (SeedSequence's pool and hash, SFC64's
+    warm-up), are NumPy's own: roots of one and two 32-bit words, the edges, many blocks."""
+    from npformer.ops import dropout as ref
+    from npformer.ops.fused import dropout as fused
+    roots = [0, 1, 11, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, (1 << 64) - 1,
+             *np.random.default_rng(8).integers(0, 1 << 63, 20).tolist()]
+    with ops.use_kernels("numba"):
+        for root in roots:
+            assert np.array_equal(fused.block_states(root, 40), ref.block_states(root, 40)), root
+        assert fused.block_states(5, 0).shape == (0, 4)
+        with pytest.raises(ValueError, match="root must be in"):
+            fused.block_states(-1, 3)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cross_entropy_twin(dtype):
     rng = np.random.default_rng(6)

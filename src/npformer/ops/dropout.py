@@ -50,7 +50,7 @@ def _dropout(op: str, x: np.ndarray, res: np.ndarray | None, p: float, rng: np.r
         per_block = parallel.rows_per_block(n)
         if twin:
             from .fused import dropout as fused  # the compiled twin (numba, on first use)
-            states = block_states(root, -(-(x.size // n) // per_block))             # (K, 4)
+            states = fused.block_states(root, -(-(x.size // n) // per_block))       # (K, 4), as block_states
             return fused.dropout_streams(x, res, states, per_block * n, cut, scale, out)
         y = np.empty_like(x) if out is None else out                 # (...)
         mask = np.empty_like(x)                                      # (...)

@@ -11,6 +11,11 @@ sum); pinned by tests/ops/test_twins.py (test_dropout_twins). The masks are the 
   them, keeps where a draw is >= cut, and writes the mask and the output. SFC64's step, as NumPy's
   C code takes it: tmp = a + b + counter; counter += 1; a = b ^ (b >> 11); b = c + (c << 3);
   c = rotl(c, 24) + tmp; the output is tmp.
+- the blocks' starting states: ``block_states`` computes what ``ops/dropout.py block_states`` reads from
+  NumPy's ``SFC64(SeedSequence(root, spawn_key=(k,)))``: SeedSequence's mixing of the entropy into its
+  pool of four 32-bit words and its drawing of words from the pool, then SFC64's seeding (the words as
+  a, b, c, the counter at 1, twelve outputs discarded), in one compiled call instead of two Python
+  objects per block (tests/ops/test_twins.py test_dropout_twin_seeds_as_numpy).
 - small arrays (one stream of ``rng``, float32 uniforms): the draws are NumPy's (``rng.random``, as the
   reference draws them) and only the mask and the sum are fused.
 
@@ -89,8 +94,91 @@ def _keep(y: np.ndarray, x: np.ndarray, keep: np.ndarray, scale: np.ndarray, out
         _apply(y[lo:hi], x[lo:hi], has_x, mc, out[lo:hi])
 
 
+# NumPy's SeedSequence (a pool of four 32-bit words; its hash constants) and SFC64's seeding from it, for
+# the blocks' streams: the states ``ops/dropout.py block_states`` reads from NumPy's objects, one Python object
+# per block (about 13 us each, 264 blocks a step of bench_small's d_model 256), computed here in one call.
+# All arithmetic in uint64, cut to 32 bits after each product (the products of two 32-bit words fit).
+_M32 = np.uint64(0xFFFFFFFF)
+_16 = np.uint64(16)
+_32 = np.uint64(32)
+_INIT_A, _MULT_A = np.uint64(0x43B0D7E5), np.uint64(0x931E8875)     # mixing the entropy into the pool
+_INIT_B, _MULT_B = np.uint64(0x8B51F9DD), np.uint64(0x58F38DED)     # drawing words from the pool
+_MIX_L, _MIX_R = np.uint64(0xCA01F9DD), np.uint64(0x4973F715)
+POOL = 4
+SFC64_WARMUP = 12          # SFC64 discards its first 12 outputs after seeding
+
+
+@register_jitable
+def _hash(v, h):  # type: ignore[no-untyped-def]
+    """(v hashed with the running constant h, h's next value): SeedSequence's hashmix."""
+    v = v ^ h
+    h = (h * _MULT_A) & _M32
+    v = (v * h) & _M32
+    return v ^ (v >> _16), h
+
+
+@register_jitable
+def _mix(x, y):  # type: ignore[no-untyped-def]
+    r = (_MIX_L * x - _MIX_R * y) & _M32                  # wraps mod 2^64, then mod 2^32
+    return r ^ (r >> _16)
+
+
+def _seed_states(entropy: np.ndarray, states: np.ndarray) -> None:
+    # entropy (W + 1,) uint64: the root seed's 32-bit words, least significant first, zero-padded to at least
+    # POOL, and one more word that takes each block's spawn key k; states (K, 4) uint64 <- the SFC64 state
+    # (a, b, c, counter) that SFC64(SeedSequence(root, spawn_key=(k,))) starts from
+    w = entropy.size
+    pool = np.empty(POOL, np.uint64)
+    words = np.empty(2 * 3, np.uint64)
+    for k in range(states.shape[0]):
+        entropy[w - 1] = np.uint64(k)
+        h = _INIT_A
+        for i in range(POOL):
+            pool[i], h = _hash(entropy[i], h)
+        for src in range(POOL):
+            for dst in range(POOL):
+                if src != dst:
+                    v, h = _hash(pool[src], h)
+                    pool[dst] = _mix(pool[dst], v)
+        for src in range(POOL, w):
+            for dst in range(POOL):
+                v, h = _hash(entropy[src], h)
+                pool[dst] = _mix(pool[dst], v)
+        h = _INIT_B                                        # generate_state(3, uint64): six 32-bit words
+        for i in range(words.size):
+            v = pool[i % POOL] ^ h
+            h = (h * _MULT_B) & _M32
+            v = (v * h) & _M32
+            words[i] = v ^ (v >> _16)
+        a = words[0] | (words[1] << _32)
+        b = words[2] | (words[3] << _32)
+        c = words[4] | (words[5] << _32)
+        count = _1
+        for _ in range(SFC64_WARMUP):
+            tmp = a + b + count
+            count += _1
+            a = b ^ (b >> _11)
+            b = c + (c << _3)
+            c = ((c << _24) | (c >> _40)) + tmp
+        states[k, 0], states[k, 1], states[k, 2], states[k, 3] = a, b, c, count
+
+
 streams_kernel = Kernel(_streams)
 keep_kernel = Kernel(_keep)
+seed_kernel = Kernel(_seed_states)
+
+
+def block_states(root: int, n_blocks: int) -> np.ndarray:
+    """(K, 4) uint64: ``ops/dropout.py block_states(root, n_blocks)``, the same words, without NumPy's objects.
+    root: 0 <= root < 2^64; K < 2^32 (a spawn key of one 32-bit word)."""
+    if not (0 <= root < 1 << 64 and 0 <= n_blocks < 1 << 32):
+        raise ValueError(f"block_states: root must be in [0, 2^64) and n_blocks in [0, 2^32), got {root}, {n_blocks}")
+    run = [(root >> s) & 0xFFFFFFFF for s in (0, 32)] if root >> 32 else [root]   # as SeedSequence splits it
+    entropy = np.zeros(max(len(run), POOL) + 1, np.uint64)                  # (W + 1,) zero-padded, key last
+    entropy[:len(run)] = run
+    states = np.empty((n_blocks, 4), np.uint64)
+    seed_kernel(entropy, states)
+    return states
 
 
 def _flat(y: np.ndarray, x: np.ndarray | None, out: np.ndarray | None
