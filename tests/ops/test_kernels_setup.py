@@ -87,6 +87,19 @@ def test_no_writable_cache_directory_compiles_without_one_and_warns_once(tmp_pat
     assert r.stderr.count("numba kernels compile without a cache") == 1, r.stderr
 
 
+def test_a_kernel_called_first_on_two_threads_imports_numba_and_warns_nothing():
+    """A fused module's kernel called before any op asked ``kernels.twins`` (so before numba was imported),
+    on 2 numba threads, from the main thread and another: no error and no warning (every kernel has a
+    parallel loop, so its parallel compilation has something to parallelize)."""
+    _numba()
+    r = _python("import threading, warnings, numpy as np\nwarnings.simplefilter('error')\n"
+                "from npformer.ops import parallel, dropout as ref\nfrom npformer.ops.fused import dropout as fused\n"
+                "def run(out):\n    with parallel.limit(2):\n        out.append(fused.block_states(99, 5))\n"
+                "got = []\nrun(got)\nt = threading.Thread(target=run, args=(got,))\nt.start()\nt.join()\n"
+                "print(all(np.array_equal(g, ref.block_states(99, 5)) for g in got), len(got))")
+    assert r.returncode == 0 and r.stdout == "True 2\n", r.stderr
+
+
 def test_twins_from_two_threads_at_once_match_the_main_thread():
     """Threads other than the main one run serial compilations unless the layer is thread-safe; either
     way two threads asking for 2 numba threads each get the main thread's bits."""

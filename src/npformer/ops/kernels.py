@@ -240,8 +240,8 @@ class Kernel:
 
     def __call__(self, *args: Any) -> Any:
         n = parallel.threads()
-        if n > 1 and not _forked and _parallel_allowed():
-            nb = _numba
+        nb = _require_numba()                       # imported here too when a kernel is called directly
+        if n > 1 and not _forked and _parallel_allowed(nb):
             if self._parallel is None:
                 self._parallel = _compile(self.fn, True)
             nb.set_num_threads(min(n, nb.config.NUMBA_NUM_THREADS))
@@ -251,12 +251,12 @@ class Kernel:
         return self._serial(*args)
 
 
-def _parallel_allowed() -> bool:
+def _parallel_allowed(nb: Any) -> bool:
     """Parallel kernels from this thread: the main thread, or any thread under a thread-safe layer."""
     if threading.current_thread() is threading.main_thread():
         return True
     try:
-        return str(_numba.threading_layer()) in SAFE_LAYERS
+        return str(nb.threading_layer()) in SAFE_LAYERS
     except ValueError:
         return False
 

@@ -124,16 +124,15 @@ def _mix(x, y):  # type: ignore[no-untyped-def]
 
 
 def _seed_states(entropy: np.ndarray, states: np.ndarray) -> None:
-    # entropy (W + 1,) uint64: the root seed's 32-bit words, least significant first, zero-padded to at least
-    # POOL, and one more word that takes each block's spawn key k; states (K, 4) uint64 <- the SFC64 state
-    # (a, b, c, counter) that SFC64(SeedSequence(root, spawn_key=(k,))) starts from
+    # entropy (W,) uint64: the root seed's 32-bit words, least significant first, zero-padded to at least
+    # POOL, then a last word that stands for each block's spawn key k; states (K, 4) uint64 <- the SFC64
+    # state (a, b, c, counter) that SFC64(SeedSequence(root, spawn_key=(k,))) starts from
     w = entropy.size
-    pool = np.empty(POOL, np.uint64)
-    words = np.empty(2 * 3, np.uint64)
-    for k in range(states.shape[0]):
-        entropy[w - 1] = np.uint64(k)
+    for k in prange(states.shape[0]):
+        pool = np.empty(POOL, np.uint64)
+        words = np.empty(2 * 3, np.uint64)
         h = _INIT_A
-        for i in range(POOL):
+        for i in range(POOL):                              # w > POOL: the key is never among these
             pool[i], h = _hash(entropy[i], h)
         for src in range(POOL):
             for dst in range(POOL):
@@ -141,8 +140,9 @@ def _seed_states(entropy: np.ndarray, states: np.ndarray) -> None:
                     v, h = _hash(pool[src], h)
                     pool[dst] = _mix(pool[dst], v)
         for src in range(POOL, w):
+            word = np.uint64(k) if src == w - 1 else entropy[src]
             for dst in range(POOL):
-                v, h = _hash(entropy[src], h)
+                v, h = _hash(word, h)
                 pool[dst] = _mix(pool[dst], v)
         h = _INIT_B                                        # generate_state(3, uint64): six 32-bit words
         for i in range(words.size):
@@ -174,7 +174,7 @@ def block_states(root: int, n_blocks: int) -> np.ndarray:
     if not (0 <= root < 1 << 64 and 0 <= n_blocks < 1 << 32):
         raise ValueError(f"block_states: root must be in [0, 2^64) and n_blocks in [0, 2^32), got {root}, {n_blocks}")
     run = [(root >> s) & 0xFFFFFFFF for s in (0, 32)] if root >> 32 else [root]   # as SeedSequence splits it
-    entropy = np.zeros(max(len(run), POOL) + 1, np.uint64)                  # (W + 1,) zero-padded, key last
+    entropy = np.zeros(max(len(run), POOL) + 1, np.uint64)                  # (W,) zero-padded, key's word last
     entropy[:len(run)] = run
     states = np.empty((n_blocks, 4), np.uint64)
     seed_kernel(entropy, states)
