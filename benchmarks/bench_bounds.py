@@ -12,9 +12,10 @@
   training heads of bench_small's three sizes and the base model (all queries in one product, on numpy's
   BLAS threads), and at MiniLM's heads (12 of 32; one text of 256 keys, 8 of 40, 32 of 12), on one thread
   and in blocks of query rows, as ``attention_inference`` takes them.
-- sfc64-lanes: the dropout twin's generator, SFC64 (``ops/fused/dropout.py``), one stream against eight
-  streams' steps written out side by side in one loop, 2^20 64-bit outputs either way (the same outputs
-  per stream, checked against numpy's ``random_raw``).
+- sfc64-lanes: the dropout twin's generator, SFC64 (``ops/fused/dropout.py``, its own step ``_next``), one
+  stream against a pair and against four (``LANES``) streams stepped side by side in one loop, each into its
+  own buffer, as the twin runs them; 2^20 64-bit outputs each way (the same outputs per stream, checked
+  against numpy's ``random_raw``).
 
 Each pair: ``_common.paired``, the order alternating, each side's median and the median per-round
 ratio with its IQR.
@@ -102,37 +103,58 @@ def strided_kt(args) -> None:
 def sfc64_lanes(args) -> None:
     from numba import njit
 
-    lanes = 8
-    consts = {"_1": np.uint64(1), "_3": np.uint64(3), "_11": np.uint64(11), "_24": np.uint64(24),
-              "_40": np.uint64(40)}
+    from npformer.ops.fused.dropout import _next
 
-    def step(v: str) -> list[str]:                 # one SFC64 step of stream v, as ops/fused/dropout.py takes it
-        return [f"t{v} = a{v} + b{v} + k{v}", f"k{v} += _1", f"a{v} = b{v} ^ (b{v} >> _11)",
-                f"b{v} = c{v} + (c{v} << _3)", f"c{v} = ((c{v} << _24) | (c{v} >> _40)) + t{v}"]
+    jit = njit(cache=False, error_model="numpy")
 
-    src = ["def side_by_side(st, out):"]
-    src += [f"    a{v}, b{v}, c{v}, k{v} = st[0, {v}], st[1, {v}], st[2, {v}], st[3, {v}]" for v in range(lanes)]
-    src.append("    for j in range(out.shape[0]):")
-    for v in range(lanes):
-        src += ["        " + s for s in step(str(v))] + [f"        out[j, {v}] = t{v}"]
-    src += ["def one(st, out):", "    a0, b0, c0, k0 = st[0, 0], st[1, 0], st[2, 0], st[3, 0]",
-            "    for j in range(out.shape[0]):"] + ["        " + s for s in step("0")] + ["        out[j] = t0"]
-    scope = dict(consts)
-    exec("\n".join(src), scope)                    # generated: eight streams written out by hand would be 50 lines
-    side_by_side = njit(cache=False, error_model="numpy")(scope["side_by_side"])
-    one = njit(cache=False, error_model="numpy")(scope["one"])
+    @jit
+    def one(st, raw):                               # raw (lanes, R): stream v's outputs in raw[v]
+        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
+        r0 = raw[0]
+        for j in range(raw.shape[1]):
+            t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+            r0[j] = t0
 
-    states = np.array([np.random.SFC64(np.random.SeedSequence(1, spawn_key=(v,))).state["state"]["state"]
-                       for v in range(lanes)], np.uint64).T.copy()                   # (4, lanes)
-    o1, o8 = np.empty(1 << 20, np.uint64), np.empty(((1 << 20) // lanes, lanes), np.uint64)
-    one(states, o1), side_by_side(states, o8)
-    check("sfc64-lanes: outputs that differ from numpy's random_raw", int(
-        (o1[:1000] != np.random.SFC64(np.random.SeedSequence(1, spawn_key=(0,))).random_raw(1000)).sum()
-        + (o8[:, 5] != np.random.SFC64(np.random.SeedSequence(1, spawn_key=(5,))).random_raw(o8.shape[0])).sum()), 0)
-    res = paired({"8 streams side by side": lambda: side_by_side(states, o8), "one stream": lambda: one(states, o1)},
-                 args.pairs, warmup=args.warmup, settle=args.settle)
+    @jit
+    def two(st, raw):
+        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
+        a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
+        r0, r1 = raw[0], raw[1]
+        for j in range(raw.shape[1]):
+            t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+            t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
+            r0[j], r1[j] = t0, t1
+
+    @jit
+    def four(st, raw):
+        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
+        a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
+        a2, b2, c2, k2 = st[2, 0], st[2, 1], st[2, 2], st[2, 3]
+        a3, b3, c3, k3 = st[3, 0], st[3, 1], st[3, 2], st[3, 3]
+        r0, r1, r2, r3 = raw[0], raw[1], raw[2], raw[3]
+        for j in range(raw.shape[1]):
+            t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+            t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
+            t2, a2, b2, c2, k2 = _next(a2, b2, c2, k2)
+            t3, a3, b3, c3, k3 = _next(a3, b3, c3, k3)
+            r0[j], r1[j], r2[j], r3[j] = t0, t1, t2, t3
+
+    def stream(v: int) -> np.random.SFC64:
+        return np.random.SFC64(np.random.SeedSequence(1, spawn_key=(v,)))
+
+    states = np.array([stream(v).state["state"]["state"] for v in range(4)], np.uint64)   # (4, 4)
+    n = 1 << 20
+    bufs = {fn: np.empty((lanes, n // lanes), np.uint64) for fn, lanes in ((one, 1), (two, 2), (four, 4))}
+    wrong = 0
+    for fn, raw in bufs.items():
+        fn(states, raw)
+        wrong += sum(int((raw[v] != stream(v).random_raw(raw.shape[1])).sum()) for v in range(raw.shape[0]))
+    check("sfc64-lanes: outputs that differ from numpy's random_raw", wrong, 0)
     print("\n== sfc64-lanes: 2^20 SFC64 outputs, one thread ==")
-    print_paired(res)
+    for name, fn in (("two streams side by side", two), ("four streams side by side", four)):
+        res = paired({name: lambda fn=fn: fn(states, bufs[fn]), "one stream": lambda: one(states, bufs[one])},
+                     args.pairs, warmup=args.warmup, settle=args.settle)
+        print_paired(res)
 
 
 def main() -> None:

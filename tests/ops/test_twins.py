@@ -205,7 +205,9 @@ def test_attention_runs_the_softmax_twin(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(3, 17), (256, 513), (3, 173, 301)])   # one stream; 2 blocks; 8 blocks, odd size
+# one stream; then row blocks (rows_per_block rows each, the last one shorter): 3 blocks (a pair of streams side
+# by side, then one alone), 3 of odd size, 7 (four side by side, a pair, one), 9 (four, four, one)
+@pytest.mark.parametrize("shape", [(3, 17), (256, 513), (3, 173, 301), (890, 512), (1029, 512)])
 @pytest.mark.parametrize("residual", [True, False])
 def test_dropout_twins(dtype, shape, residual):
     """The twin's mask is the reference's, bit for bit (the blocked shapes: the twin runs each block's

@@ -6,9 +6,12 @@ sum); pinned by tests/ops/test_twins.py (test_dropout_twins). The masks are the 
 - large arrays (the reference's row blocks): block i's draws come from its own SFC64 stream, seeded
   by ``SeedSequence(root, spawn_key=(i,))``. NumPy seeds each stream (``ops/dropout.py block_states``
   reads the state it starts from) and the twin runs the generator itself, a chunk of raw 64-bit
-  outputs at a time into a small buffer (the loop the dependency chain allows), then one vectorized
-  pass that reads the buffer as 32-bit draws, in the order ``random_raw(...).view(np.uint32)`` gives
-  them, keeps where a draw is >= cut, and writes the mask and the output. SFC64's step, as NumPy's
+  outputs at a time into a buffer, then one vectorized pass that reads the buffer as 32-bit draws, in
+  the order ``random_raw(...).view(np.uint32)`` gives them, keeps where a draw is >= cut, and writes the
+  mask and the output. A stream is one chain of dependent steps, so ``LANES`` blocks' streams run side
+  by side in one loop (then a pair, then one alone: ``lane_groups``), each into its own buffer: four
+  chains took 0.60x the time of one for as many outputs, a pair 0.74x (``benchmarks/bench_bounds.py
+  --only sfc64-lanes``, one thread, on the AMD machine of docs/performance.md). SFC64's step, as NumPy's
   C code takes it: tmp = a + b + counter; counter += 1; a = b ^ (b >> 11); b = c + (c << 3);
   c = rotl(c, 24) + tmp; the output is tmp.
 - the blocks' starting states: ``block_states`` computes what ``ops/dropout.py block_states`` reads from
@@ -30,7 +33,8 @@ from numba.core.extending import register_jitable
 from ..kernels import Kernel
 
 CHUNK = 1 << 16
-RAW = 1024                 # raw 64-bit outputs per buffer: 8 KiB, two draws each
+RAW = 4096                 # raw 64-bit outputs per buffer and stream: 32 KiB, two draws each
+LANES = 4                  # blocks whose streams run side by side (see _streams)
 _1 = np.uint64(1)
 _3 = np.uint64(3)
 _11 = np.uint64(11)
@@ -49,34 +53,60 @@ def _apply(yc, xc, has_x, mc, oc):  # type: ignore[no-untyped-def]
             oc[i] = yc[i] * mc[i]
 
 
-def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, cut: np.uint32, scale: np.ndarray,
-             out: np.ndarray, mask: np.ndarray) -> None:
+@register_jitable
+def _next(a, b, c, count):  # type: ignore[no-untyped-def]
+    """One SFC64 step: (output, a, b, c, counter) after it."""
+    tmp = a + b + count
+    return tmp, b ^ (b >> _11), c + (c << _3), ((c << _24) | (c >> _40)) + tmp, count + _1
+
+
+def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, groups: np.ndarray, cut: np.uint32,
+             scale: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
     # y, out, mask (N,); x (N,) or (0,) for no residual; states (K, 4) uint64, each block's SFC64 state
-    # (a, b, c, counter); per: elements per block; scale (1,) in the dtype. out may be y.
+    # (a, b, c, counter); per: elements per block; groups (G, 2): (first block, LANES, 2 or 1 blocks) run
+    # side by side; scale (1,) in the dtype. out may be y.
     n = y.size
     has_x = x.size > 0
     s = scale[0]
     zero = s - s
-    for k in prange(states.shape[0]):
-        a, b, c, count = states[k, 0], states[k, 1], states[k, 2], states[k, 3]
-        raw = np.empty(RAW, np.uint64)
-        draws = raw.view(np.uint32)                                   # (2 RAW,) low half first
-        lo = k * per
-        hi = min(n, lo + per)
-        while lo < hi:
-            m = min(2 * RAW, hi - lo)
-            for j in range((m + 1) // 2):
-                tmp = a + b + count
-                count += _1
-                a = b ^ (b >> _11)
-                b = c + (c << _3)
-                c = ((c << _24) | (c >> _40)) + tmp
-                raw[j] = tmp
-            mc = mask[lo:lo + m]                                         # indexed from 0: LLVM vectorizes
-            for i in range(m):
-                mc[i] = s if draws[i] >= cut else zero
-            _apply(y[lo:lo + m], x[lo:lo + m], has_x, mc, out[lo:lo + m])
-            lo += m
+    for g in prange(groups.shape[0]):
+        first, lanes = groups[g, 0], groups[g, 1]
+        raw = np.zeros((LANES, RAW), np.uint64)
+        st = np.zeros((LANES, 4), np.uint64)                          # unused lanes run from zeros, unread
+        st[:lanes] = states[first:first + lanes]
+        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
+        a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
+        a2, b2, c2, k2 = st[2, 0], st[2, 1], st[2, 2], st[2, 3]
+        a3, b3, c3, k3 = st[3, 0], st[3, 1], st[3, 2], st[3, 3]
+        r0, r1, r2, r3 = raw[0], raw[1], raw[2], raw[3]               # one buffer per stream, stored to in order
+        for off in range(0, per, 2 * RAW):
+            m = min(2 * RAW, per - off)
+            if lanes == LANES:                                        # four independent chains side by side
+                for j in range((m + 1) // 2):
+                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+                    t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
+                    t2, a2, b2, c2, k2 = _next(a2, b2, c2, k2)
+                    t3, a3, b3, c3, k3 = _next(a3, b3, c3, k3)
+                    r0[j], r1[j], r2[j], r3[j] = t0, t1, t2, t3
+            elif lanes == 2:
+                for j in range((m + 1) // 2):
+                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+                    t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
+                    r0[j], r1[j] = t0, t1
+            else:
+                for j in range((m + 1) // 2):
+                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
+                    r0[j] = t0
+            for v in range(lanes):
+                lo = (first + v) * per + off
+                mv = min(m, n - lo)                                   # the last block may end early
+                if mv <= 0:
+                    continue
+                draws = raw[v].view(np.uint32)                        # (2 RAW,) low half first
+                mc = mask[lo:lo + mv]                                 # indexed from 0: LLVM vectorizes
+                for i in range(mv):
+                    mc[i] = s if draws[i] >= cut else zero
+                _apply(y[lo:lo + mv], x[lo:lo + mv], has_x, mc, out[lo:lo + mv])
 
 
 def _keep(y: np.ndarray, x: np.ndarray, keep: np.ndarray, scale: np.ndarray, out: np.ndarray,
@@ -194,9 +224,20 @@ def dropout_streams(y: np.ndarray, x: np.ndarray | None, states: np.ndarray, per
     """(y * mask (+ x), mask) with block k's draws from SFC64 state ``states[k]`` over ``per`` elements;
     all C-contiguous of one shape and dtype; ``out`` may be y."""
     res, mask, xf = _flat(y, x, out)
-    streams_kernel(y.reshape(-1), xf, states, per, cut, np.array([scale], y.dtype), res.reshape(-1),
-                   mask.reshape(-1))
+    streams_kernel(y.reshape(-1), xf, states, per, lane_groups(states.shape[0]), cut, np.array([scale], y.dtype),
+                   res.reshape(-1), mask.reshape(-1))
     return res, mask
+
+
+def lane_groups(k: int) -> np.ndarray:
+    """(G, 2) int64: K blocks as groups (first block, streams side by side): LANES at a time, then a pair,
+    then one alone, as many as are left."""
+    out, b = [], 0
+    for lanes in (LANES, 2, 1):
+        while k - b >= lanes:
+            out.append((b, lanes))
+            b += lanes
+    return np.array(out, np.int64).reshape(-1, 2)
 
 
 def dropout_keep(y: np.ndarray, x: np.ndarray | None, keep: np.ndarray, scale: np.floating,
