@@ -73,7 +73,9 @@ def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, groups:
         first, lanes = groups[g, 0], groups[g, 1]
         raw = np.zeros((LANES, RAW), np.uint64)
         st = np.zeros((LANES, 4), np.uint64)                          # unused lanes run from zeros, unread
-        st[:lanes] = states[first:first + lanes]
+        for v in range(lanes):
+            for i in range(4):
+                st[v, i] = states[first + v, i]
         a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
         a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
         a2, b2, c2, k2 = st[2, 0], st[2, 1], st[2, 2], st[2, 3]
