@@ -167,8 +167,8 @@ def _mask(rng, shape):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softmax_twin(dtype):
     rng = np.random.default_rng(3)
-    # (3, 40, 33): 120 rows, four blocks of 32: the first three within the bound, exp taken without the row
-    # maxima (one of them with a row whose every key is masked), the last one past it
+    # (3, 40, 33): 120 rows, four of the twin's blocks of 32 rows, one of them with a row whose every key
+    # is masked, the last one with a score that would overflow exp without the row's max
     for shape in [(1, 1, 5), (2, 7, 33), (3, 40, 33)]:
         x = (rng.standard_normal(shape) * 4).astype(dtype)
         x[-1, -1, 0] = 300.0                                          # exp would overflow without the max

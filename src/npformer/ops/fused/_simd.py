@@ -173,33 +173,6 @@ def row_dots_weighted(dy, w, h):  # type: ignore[no-untyped-def]
 LANES = 16
 
 
-@_jit()
-def abs_max_finite(a):  # type: ignore[no-untyped-def]
-    """max |a[j]| over the entries that are not -inf (0 for none), NaN if any entry is NaN: sixteen running
-    maxima and a count of NaNs, branch-free. softmax's twin asks it whether a block of scores may skip its
-    row maxima."""
-    zero = a.dtype.type(0)
-    acc = np.zeros(LANES, a.dtype)
-    nans = 0
-    nb = a.size // LANES
-    for b in range(nb):
-        base = LANES * b
-        for k in range(LANES):
-            v = a[base + k]
-            u = zero if v == -np.inf else abs(v)
-            acc[k] = u if u > acc[k] else acc[k]
-            nans += v != v
-    m = zero
-    for k in range(LANES):
-        m = acc[k] if acc[k] > m else m
-    for j in range(LANES * nb, a.size):
-        v = a[j]
-        u = zero if v == -np.inf else abs(v)
-        m = u if u > m else m
-        nans += v != v
-    return m if nans == 0 else a.dtype.type(np.nan)
-
-
 @_jit(fastmath={"nnan", "ninf", "nsz"})
 def row_max(a, lo, hi):  # type: ignore[no-untyped-def]
     """max(a[lo:hi]) in a's dtype, hi > lo: sixteen running maxima, branch-free (exact in any order).

@@ -3,10 +3,7 @@ one pass to read a row's scores, one to write its weights.
 
 Mirrors ``ops/softmax.py`` ``softmax_forward``/``softmax_backward`` (with their ``scale`` and
 ``mask``); pinned by tests/ops/test_twins.py (test_softmax_twin). Masked positions and rows with
-every key masked give exact zeros, as the reference. Row sums run in float64. A block whose scores
-all lie within +-EXP_SAFE skips the rows' maxima (the reference subtracts them; the same softmax, to
-float32's rounding): bench_twins.py --only softmax --rows 512 (32 keys a row) took the twin from 0.62 to
-0.49 of the reference's time (docs/DESIGN.md).
+every key masked give exact zeros, as the reference. Row sums run in float64.
 Dimension legend: R rows (all leading positions), N the softmax axis.
 """
 from __future__ import annotations
@@ -16,20 +13,17 @@ import math
 import numpy as np
 from numba import prange
 
-from ..inference import EXP_SAFE
 from ..kernels import Kernel
-from ._simd import abs_max_finite, exp, row_dot, row_max, row_sum
+from ._simd import exp, row_dot, row_max, row_sum
 
 RB = 32                       # rows per task: their exp runs as one long loop over the rows' memory
 
 
 def _forward(x: np.ndarray, scale: np.ndarray, mask: np.ndarray, y: np.ndarray) -> None:
     # x, y (R, N), y may be x; scale (1,) in x's dtype; mask (R, N) bool (True: may attend) or (0, 0)
-    # for none. A block of RB rows at a time, each pass one loop over the block's memory (a short row's
-    # vector loop would spend much of its time in its scalar remainder): y = scale x (-inf where
-    # masked); the largest |y| over the unmasked entries; only when it exceeds EXP_SAFE, each row minus
-    # its max (softmax(s) = softmax(s - c); within +-EXP_SAFE exp neither overflows nor loses precision,
-    # as attention_inference's bound); exp; then per row its sum and y / sum. The block stays in cache.
+    # for none. Per row: y = scale x (-inf where masked), minus its max; then exp over a block of RB
+    # rows at once (a short row's vector loop would spend much of its time in its scalar remainder);
+    # then per row their sum and y / sum. Each a loop that LLVM vectorizes; the block stays in cache
     r, n = x.shape
     masked = mask.size > 0
     s = scale[0]
@@ -37,24 +31,23 @@ def _forward(x: np.ndarray, scale: np.ndarray, mask: np.ndarray, y: np.ndarray) 
     for b in prange((r + RB - 1) // RB):
         lo = b * RB
         hi = min(r, lo + RB)
-        xb, yb = x[lo:hi].reshape(-1), y[lo:hi].reshape(-1)        # (rows x N,) contiguous: x, y are C-ordered
-        if masked:
-            mb = mask[lo:hi].reshape(-1)
-            for j in range(yb.size):
-                yb[j] = xb[j] * s if mb[j] else -np.inf
-        else:
-            for j in range(yb.size):
-                yb[j] = xb[j] * s
-        if not abs_max_finite(yb) <= EXP_SAFE:             # NaN too: then the row maxima, as before
-            for i in range(lo, hi):
-                yi = y[i]
-                m = row_max(yi, 0, n)
-                if not math.isfinite(m):   # every key masked (or -inf): 0, as the reference
-                    m = zero
+        for i in range(lo, hi):
+            xi, yi = x[i], y[i]
+            if masked:
+                mi = mask[i]
                 for j in range(n):
-                    yi[j] = yi[j] - m
-        for j in range(yb.size):
-            yb[j] = exp(yb[j])         # in x's dtype; masked: exp(-inf) = 0 exactly
+                    yi[j] = xi[j] * s if mi[j] else -np.inf
+            else:
+                for j in range(n):
+                    yi[j] = xi[j] * s
+            m = row_max(yi, 0, n)
+            if not math.isfinite(m):   # every key masked (or -inf): 0, as the reference
+                m = zero
+            for j in range(n):
+                yi[j] = yi[j] - m
+        block = y[lo:hi].reshape(-1)   # (rows x N,) contiguous: y is C-contiguous
+        for j in range(block.size):
+            block[j] = exp(block[j])   # in x's dtype; masked: exp(-inf) = 0 exactly
         for i in range(lo, hi):
             yi = y[i]
             t = row_sum(yi, 0, n)
