@@ -4,8 +4,9 @@ Mirrors ``ops/dropout.py`` ``dropout_forward`` and ``dropout_add_forward`` (drop
 sum); pinned by tests/ops/test_twins.py (test_dropout_twins). The masks are the reference's, bit for bit:
 
 - large arrays (the reference's row blocks): block i's draws come from its own SFC64 stream, seeded
-  by ``SeedSequence(root, spawn_key=(i,))``. NumPy seeds each stream (``ops/dropout.py block_states``
-  reads the state it starts from) and the twin runs the generator itself, a chunk of raw 64-bit
+  by ``SeedSequence(root, spawn_key=(i,))``. Each stream starts from the state NumPy's seeding gives it
+  (``ops/dropout.py block_states`` reads it; the twin computes it, below) and the twin runs the
+  generator itself, a chunk of raw 64-bit
   outputs at a time into a buffer, then one vectorized pass that reads the buffer as 32-bit draws, in
   the order ``random_raw(...).view(np.uint32)`` gives them, keeps where a draw is >= cut, and writes the
   mask and the output. A stream is one chain of dependent steps, so ``LANES`` blocks' streams run side
@@ -187,11 +188,7 @@ def _seed_states(entropy: np.ndarray, states: np.ndarray) -> None:
         c = words[4] | (words[5] << _32)
         count = _1
         for _ in range(SFC64_WARMUP):
-            tmp = a + b + count
-            count += _1
-            a = b ^ (b >> _11)
-            b = c + (c << _3)
-            c = ((c << _24) | (c >> _40)) + tmp
+            _, a, b, c, count = _next(a, b, c, count)
         states[k, 0], states[k, 1], states[k, 2], states[k, 3] = a, b, c, count
 
 
