@@ -11,9 +11,9 @@ one stream of ``rng`` would give (tests/ops/test_parallel.py pins the twin: valu
 independence of the blocks, any thread count).
 
 ``dropout_add_forward`` is dropout followed by the residual sum. With numba (``ops/kernels.py``) both
-run the compiled twin ``ops/fused/dropout.py``: the same draws (it runs each block's SFC64 stream
-itself, from the state ``block_states`` reads), so the same mask, with the output in the same pass
-(tests/ops/test_twins.py).
+run the compiled twin ``ops/fused/dropout.py``: the same draws (it computes each block's starting state,
+the words ``block_states`` reads from NumPy, and runs the SFC64 stream itself), so the same mask, with
+the output in the same pass (tests/ops/test_twins.py).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def _block_draws(rows: slice, root: int, per_block: int, shape: tuple[int, ...])
 
 def block_states(root: int, n_blocks: int) -> np.ndarray:
     """(K, 4) uint64: the SFC64 state (a, b, c, counter) each block's stream starts from, as ``_block_draws``
-    seeds it; the compiled twin runs the generator on from there."""
+    seeds it: the specification the twin's own ``fused/dropout.py block_states`` is tested against."""
     return np.array([_block_stream(root, k).state["state"]["state"] for k in range(n_blocks)], np.uint64)
 
 

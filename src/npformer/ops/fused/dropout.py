@@ -72,7 +72,7 @@ def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, groups:
     zero = s - s
     for g in prange(groups.shape[0]):
         first, lanes = groups[g, 0], groups[g, 1]
-        raw = np.zeros((LANES, RAW), np.uint64)
+        raw = np.empty((LANES, RAW), np.uint64)                       # a lane's draws are read only where written
         st = np.zeros((LANES, 4), np.uint64)                          # unused lanes run from zeros, unread
         for v in range(lanes):
             for i in range(4):
