@@ -275,3 +275,27 @@ def test_float32_stays_float32_and_matches_float64():
     # float32 rounding through a few dozen operations: ~1e-6 relative, normwise
     for got, want, name in [(y, y64, "y"), (dx, dx64, "dx"), (dm, dm64, "dmemory")] + [(g[k], g64[k], k) for k in g]:
         assert rel_err(got, want) < 1e-5, (name, rel_err(got, want))
+
+
+@pytest.mark.parametrize("shared", ["memory", "queries"])
+def test_cross_attention_with_one_side_shared_over_the_batch(shared):
+    """Cross-attention whose memory (or queries) is one sequence for the whole batch gives what the
+    same sequence repeated over the batch gives, its gradient summed over the batch (the path that
+    merges the heads' gradients instead of writing them in place)."""
+    rng = np.random.default_rng(4)
+    E, H, B, Tq, Tk = 12, 3, 3, 5, 7
+    mha = MultiHeadAttention(E, H, rng=rng).astype(np.float64).eval()
+    xq = rng.standard_normal((1 if shared == "queries" else B, Tq, E))
+    xkv = rng.standard_normal((1 if shared == "memory" else B, Tk, E))
+    out, c = mha.forward(xq, xkv)
+    assert out.shape == (B, Tq, E)
+    dy = rng.standard_normal(out.shape)
+    (dq, dkv), g = mha.backward(dy, c)
+    out_r, c_r = mha.forward(np.broadcast_to(xq, (B, Tq, E)).copy(), np.broadcast_to(xkv, (B, Tk, E)).copy())
+    (dq_r, dkv_r), g_r = mha.backward(dy, c_r)
+    assert rel_err(out, out_r) < RTOL
+    assert dq.shape == xq.shape and dkv.shape == xkv.shape
+    assert rel_err(dq, dq_r.sum(0, keepdims=True) if shared == "queries" else dq_r) < RTOL
+    assert rel_err(dkv, dkv_r.sum(0, keepdims=True) if shared == "memory" else dkv_r) < RTOL
+    for key in g_r:
+        assert rel_err(g[key], g_r[key]) < RTOL, key

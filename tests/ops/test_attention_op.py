@@ -161,3 +161,48 @@ def test_backward_from_given_weight_gradients_equals_its_own_and_leaves_them_alo
     np.testing.assert_array_equal(dweights, before)
     for a, b in zip(given, attention_backward(dout, cache), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+
+
+def test_out_arrays_take_the_results_as_strided_views():
+    """attention_forward(out=) and attention_backward(out=) write into given arrays, here the heads of
+    packed (B, T, E) and (B, T, 3E) arrays as the module passes them, with the values of the calls that
+    allocate their own (mask, causal and dropout with one seed on both sides)."""
+    from npformer.nn import split_heads
+
+    rng = np.random.default_rng(5)
+    b, t, h, d = 2, 6, 3, 4
+    e = h * d
+    q, k, v = (rng.standard_normal((b, h, t, d)) for _ in range(3))
+    mask = rng.random((b, 1, t, t)) > 0.3
+    kw = dict(mask=mask, causal=True, dropout_p=0.2)
+    want, w_want, cache = attention_forward(q, k, v, rng=np.random.default_rng(9), **kw)
+    merged = np.full((b, t, e), np.nan)
+    got, w_got, cache_out = attention_forward(q, k, v, rng=np.random.default_rng(9), out=split_heads(merged, h), **kw)
+    assert np.shares_memory(got, merged) and not np.isnan(merged).any()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(w_got, w_want)
+    dout = rng.standard_normal(want.shape)
+    packed = np.full((b, t, 3 * e), np.nan)
+    outs = tuple(split_heads(packed[..., i * e:(i + 1) * e], h) for i in range(3))
+    got3 = attention_backward(dout, cache_out, out=outs)
+    assert all(g is o for g, o in zip(got3, outs, strict=True)) and not np.isnan(packed).any()
+    for g, w in zip(got3, attention_backward(dout, cache), strict=True):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-14)
+
+
+def test_out_arrays_of_the_wrong_kind_are_refused():
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((2, 3, 5, 4)) for _ in range(3))
+    with pytest.raises(ValueError, match=r"out must be an array of shape \(2, 3, 5, 4\) and dtype float64"):
+        attention_forward(q, k, v, out=np.empty((2, 3, 5, 5)))
+    with pytest.raises(ValueError, match="dtype float64, got .* float32"):
+        attention_forward(q, k, v, out=np.empty((2, 3, 5, 4), np.float32))
+    _, _, cache = attention_forward(q, k, v)
+    dout = rng.standard_normal((2, 3, 5, 4))
+    with pytest.raises(ValueError, match="tuple of three arrays"):
+        attention_backward(dout, cache, out=[np.empty_like(q)] * 3)
+    with pytest.raises(ValueError, match="out's dk must be an array of shape"):
+        attention_backward(dout, cache, out=(np.empty_like(q), np.empty((2, 3, 4, 4)), np.empty_like(v)))
+    _, _, shared = attention_forward(q, k[:1], v[:1])                  # keys shared over the batch
+    with pytest.raises(ValueError, match="same leading shape"):
+        attention_backward(dout, shared, out=(np.empty_like(q), np.empty_like(k[:1]), np.empty_like(v[:1])))

@@ -134,14 +134,18 @@ class MultiHeadAttention(Module):
             att_cache: FlashAttentionCache | tuple
             heads, att_cache = flash_attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
                                                        dropout_p=p, rng=rng)  # (B, H, Tq, D)
+            merged = merge_heads(heads)                            # (B, Tq, E)
         else:
+            # the heads are written straight into their merged layout: (B, Tq, E) seen as (B, H, Tq, D)
+            b = np.broadcast_shapes(q.shape[:-2], v.shape[:-2])[0]          # keys may be shared over the batch
+            merged = np.empty((b, q.shape[2], e), np.result_type(q, v))     # (B, Tq, E)
             heads, _, att_cache = attention_forward(q, k, v, mask=mask, causal=causal, bias=bias,
-                                                    dropout_p=p, rng=rng)     # (B, H, Tq, D)
+                                                    dropout_p=p, rng=rng,
+                                                    out=split_heads(merged, h))  # (B, H, Tq, D), a view of merged
         head_mask = None
         if self.head_mask is not None:
             head_mask = np.asarray(self.head_mask, dtype=heads.dtype)[..., None, None]   # (H, 1, 1) or (B, H, 1, 1)
-            heads = heads * head_mask                              # (B, H, Tq, D)
-        merged = merge_heads(heads)                                # (B, Tq, E)
+            merged = merge_heads(heads * head_mask)                # (B, Tq, E)
         out, out_cache = self.out_proj.forward(merged)             # (B, Tq, E)
         cache = (x_kv is None, proj_cache, att_cache, out_cache, head_mask)
         return out, cache
@@ -171,27 +175,52 @@ class MultiHeadAttention(Module):
         if head_mask is not None:
             dheads = dheads * head_mask                            # a knocked-out head passes no gradient
         grads = {f"out_proj.{k}": g for k, g in g_out.items()}
+        dweights = None
         if self.report_weights_grad:
             _check_weights_kept(att_cache)
-            grads["attention_weights"] = attention_weights_grad(dheads, att_cache)  # (B, H, Tq, Tk)
-            dq, dk, dv = attention_backward(dheads, att_cache, dweights=grads["attention_weights"])
-        elif isinstance(att_cache, FlashAttentionCache):
-            dq, dk, dv = flash_attention_backward(dheads, att_cache)   # (B, H, T*, D)
-        else:
-            dq, dk, dv = attention_backward(dheads, att_cache)         # (B, H, T*, D)
-        dq, dk, dv = merge_heads(dq), merge_heads(dk), merge_heads(dv)  # (B, T*, E)
+            grads["attention_weights"] = dweights = attention_weights_grad(dheads, att_cache)  # (B, H, Tq, Tk)
         if is_self:
-            dqkv = np.concatenate([dq, dk, dv], axis=-1)           # (B, T, 3E)
+            (dqkv,) = self._projection_grads(dheads, att_cache, True, dweights)   # (B, T, 3E)
             dx, dw, db = linear_backward(dqkv, proj_cache)
             assert db is not None                                  # in_proj has a bias
             grads["in_proj_weight"], grads["in_proj_bias"] = dw, db
             return (dx, None), grads
+        dq, dkv = self._projection_grads(dheads, att_cache, False, dweights)     # (B, Tq, E), (B, Tk, 2E)
         cq, ckv = proj_cache
         dx_q, dwq, dbq = linear_backward(dq, cq)
-        dx_kv, dwkv, dbkv = linear_backward(np.concatenate([dk, dv], axis=-1), ckv)
+        dx_kv, dwkv, dbkv = linear_backward(dkv, ckv)
         grads["in_proj_weight"] = np.concatenate([dwq, dwkv], axis=0)
         grads["in_proj_bias"] = np.concatenate([dbq, dbkv], axis=0)
         return (dx_q, dx_kv), grads
+
+    def _projection_grads(self, dheads: np.ndarray, att_cache: Any, is_self: bool,
+                          dweights: np.ndarray | None) -> list[np.ndarray]:
+        """d loss / d the in-projection's outputs: [dqkv (B, T, 3E)] for self-attention, [dq (B, Tq, E),
+        dkv (B, Tk, 2E)] for cross-attention. The exact kernel writes dq, dk, dv straight into them, seen
+        as heads (``split_heads``), with no merge and no concatenation; the tiled kernel's, and those of
+        keys broadcast over the queries' batch, are merged and concatenated."""
+        h, e = self.n_heads, self.d_model
+        if isinstance(att_cache, FlashAttentionCache):
+            heads3 = flash_attention_backward(dheads, att_cache)            # (B, H, T*, D) each
+        elif att_cache[0].shape[:-2] == att_cache[1].shape[:-2] == att_cache[2].shape[:-2]:
+            q, k, v = att_cache[:3]                                         # (B, H, T*, D) each
+            dtype = np.result_type(dheads, q, k, v)
+            b, t_q, t_k = q.shape[0], q.shape[2], k.shape[2]
+            if is_self:
+                outs = [np.empty((b, t_q, 3 * e), dtype)]                   # [(B, T, 3E)]
+                dq, dkv = outs[0][..., :e], outs[0][..., e:]
+            else:
+                outs = [np.empty((b, t_q, e), dtype), np.empty((b, t_k, 2 * e), dtype)]   # [(B, Tq, E), (B, Tk, 2E)]
+                dq, dkv = outs
+            attention_backward(dheads, att_cache, dweights=dweights,
+                               out=(split_heads(dq, h), split_heads(dkv[..., :e], h), split_heads(dkv[..., e:], h)))
+            return outs
+        else:
+            heads3 = attention_backward(dheads, att_cache, dweights=dweights)   # (B, H, T*, D) each
+        dq, dk, dv = (merge_heads(a) for a in heads3)                       # (B, T*, E) each
+        if is_self:
+            return [np.concatenate([dq, dk, dv], axis=-1)]
+        return [dq, np.concatenate([dk, dv], axis=-1)]
 
 
 def _check_weights_kept(att_cache: Any) -> None:

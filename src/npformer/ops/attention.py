@@ -45,7 +45,8 @@ def additive_mask(allowed: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None,
                       causal: bool = False, bias: np.ndarray | None = None,
                       dropout_p: float = 0.0, rng: np.random.Generator | None = None,
-                      scale: float | None = None) -> tuple[np.ndarray, np.ndarray, tuple]:
+                      scale: float | None = None, out: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, tuple]:
     """Returns (out, weights, cache).
 
     q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) -> out (..., Tq, Dv), weights (..., Tq, Tk).
@@ -53,9 +54,14 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndar
     bias: float, added to the scores before the mask (torch's float ``attn_mask``).
     A query row whose keys are all masked gets zero weights and a zero output.
     Dropout (inverted) on the weights only when ``dropout_p > 0``; it needs ``rng``.
+    out: where to write the output, of its shape and dtype; a strided view will do, such as the heads
+    of a (B, Tq, E) array (``nn.split_heads``), which then holds the heads merged without a copy.
     """
     d = q.shape[-1]
     scale = (1.0 / np.sqrt(d)) if scale is None else scale
+    if out is not None:
+        want = np.broadcast_shapes(q.shape[:-2], v.shape[:-2]) + (q.shape[-2], v.shape[-1])
+        _check_out("out", out, want, np.result_type(q, v))
     scores = np.matmul(q, np.swapaxes(k, -1, -2))                # (..., Tq, Tk)
     if causal:
         cm = causal_mask(q.shape[-2], k.shape[-2])               # (Tq, Tk)
@@ -74,9 +80,16 @@ def attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndar
             raise ValueError("attention dropout needs an explicit rng")
         # the dropout op: its mask is 0 or 1 / (1 - p); large weights draw it on row blocks (ops/parallel.py)
         used, drop = dropout_forward(weights, dropout_p, rng)    # (..., Tq, Tk) each
-    out = np.matmul(used, v)                                     # (..., Tq, Dv)
+    out = np.matmul(used, v, out=out)                            # (..., Tq, Dv)
     cache = (q, k, v, weights, drop, scale)
     return out, weights, cache
+
+
+def _check_out(name: str, out: np.ndarray, shape: tuple, dtype: np.dtype) -> None:
+    """ValueError unless ``out`` is an array of ``shape`` and ``dtype`` (a strided view is fine)."""
+    if not isinstance(out, np.ndarray) or out.shape != tuple(shape) or out.dtype != dtype:
+        got = (f"{out.shape} {out.dtype}" if isinstance(out, np.ndarray) else type(out).__name__)
+        raise ValueError(f"{name} must be an array of shape {tuple(shape)} and dtype {np.dtype(dtype)}, got {got}")
 
 
 def attention_weights_grad(dout: np.ndarray, cache: tuple) -> np.ndarray:
@@ -89,18 +102,32 @@ def attention_weights_grad(dout: np.ndarray, cache: tuple) -> np.ndarray:
     return dw
 
 
-def attention_backward(dout: np.ndarray, cache: tuple, dweights: np.ndarray | None = None
+def attention_backward(dout: np.ndarray, cache: tuple, dweights: np.ndarray | None = None,
+                       out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns (dq, dk, dv) with the shapes of q, k, v. ``dweights``: ``attention_weights_grad(dout,
-    cache)`` when the caller has computed it already (it is read, not written)."""
+    cache)`` when the caller has computed it already (it is read, not written). ``out``: three arrays
+    of q's, k's and v's shapes and dtypes to write dq, dk, dv into (strided views will do: the heads
+    of one (B, T, 3E) gradient, ``nn.split_heads``, for self-attention's packed projection); only
+    where none of q, k, v was broadcast against the others."""
     q, k, v, weights, drop, scale = cache
+    if out is not None:
+        if not (isinstance(out, tuple) and len(out) == 3):
+            raise ValueError(f"out must be a tuple of three arrays (dq, dk, dv), got {type(out).__name__}")
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] == lead:
+            raise ValueError("out needs q, k and v of the same leading shape (none broadcast), got "
+                             f"{q.shape}, {k.shape}, {v.shape}")
+        for name, o, a in zip(("dq", "dk", "dv"), out, (q, k, v), strict=True):
+            _check_out(f"out's {name}", o, a.shape, np.result_type(q, k, v, dout))
+    dq_out, dk_out, dv_out = (None, None, None) if out is None else out
     used = dropout_backward(weights, drop)                       # (..., Tq, Tk) the weights after dropout
-    dv = np.matmul(np.swapaxes(used, -1, -2), dout)              # (..., Tk, Dv)
+    dv = np.matmul(np.swapaxes(used, -1, -2), dout, out=dv_out)  # (..., Tk, Dv)
     if dweights is None:
         dw = attention_weights_grad(dout, cache)                 # (..., Tq, Tk), a fresh array
         ds = softmax_backward(dw, weights, out=dw, scale=scale)  # (..., Tq, Tk), in place: dw is ours
     else:
         ds = softmax_backward(dweights, weights, scale=scale)    # (..., Tq, Tk), fresh: dweights is theirs
-    dq = np.matmul(ds, k)                                        # (..., Tq, D)
-    dk = np.matmul(np.swapaxes(ds, -1, -2), q)                   # (..., Tk, D)
+    dq = np.matmul(ds, k, out=dq_out)                            # (..., Tq, D)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q, out=dk_out)       # (..., Tk, D)
     return _sum_to_shape(dq, q.shape), _sum_to_shape(dk, k.shape), _sum_to_shape(dv, v.shape)
