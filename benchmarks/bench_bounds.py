@@ -12,10 +12,11 @@
   training heads of bench_small's three sizes and the base model (all queries in one product, on numpy's
   BLAS threads), and at MiniLM's heads (12 of 32; one text of 256 keys, 8 of 40, 32 of 12), on one thread
   and in blocks of query rows, as ``attention_inference`` takes them.
-- sfc64-lanes: the dropout twin's generator, SFC64 (``ops/fused/dropout.py``, its own step ``_next``), one
-  stream against a pair and against four (``LANES``) streams stepped side by side in one loop, each into its
-  own buffer, as the twin runs them; 2^20 64-bit outputs each way (the same outputs per stream, checked
-  against numpy's ``random_raw``).
+- sfc64-lanes: the dropout twin's generator, SFC64 (``ops/fused/dropout.py``): its vector lanes
+  (``_fill_lanes``: one, two and four (``LANES``) streams side by side as the lanes of one LLVM vector, each
+  into its own buffer, as the twin runs them) against the scalar step ``_next`` in numba's own loops (one
+  stream, and four side by side as scalars: the twin's form before the vector lanes); 2^20 64-bit outputs
+  each way (the same outputs per stream, checked against numpy's ``random_raw``).
 
 Each pair: ``_common.paired``, the order alternating, each side's median and the median per-round
 ratio with its IQR.
@@ -103,7 +104,7 @@ def strided_kt(args) -> None:
 def sfc64_lanes(args) -> None:
     from numba import njit
 
-    from npformer.ops.fused.dropout import _next
+    from npformer.ops.fused.dropout import _fill1, _fill2, _fill4, _next
 
     jit = njit(cache=False, error_model="numpy")
 
@@ -114,16 +115,6 @@ def sfc64_lanes(args) -> None:
         for j in range(raw.shape[1]):
             t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
             r0[j] = t0
-
-    @jit
-    def two(st, raw):
-        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
-        a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
-        r0, r1 = raw[0], raw[1]
-        for j in range(raw.shape[1]):
-            t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
-            t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
-            r0[j], r1[j] = t0, t1
 
     @jit
     def four(st, raw):
@@ -139,22 +130,36 @@ def sfc64_lanes(args) -> None:
             t3, a3, b3, c3, k3 = _next(a3, b3, c3, k3)
             r0[j], r1[j], r2[j], r3[j] = t0, t1, t2, t3
 
+    def vector(fill):                               # the twin's call, on a copy of the states
+        @jit
+        def run(st, raw):
+            fill(st[:raw.shape[0]].copy(), raw, raw.shape[1])
+        return run
+
     def stream(v: int) -> np.random.SFC64:
         return np.random.SFC64(np.random.SeedSequence(1, spawn_key=(v,)))
 
     states = np.array([stream(v).state["state"]["state"] for v in range(4)], np.uint64)   # (4, 4)
     n = 1 << 20
-    bufs = {fn: np.empty((lanes, n // lanes), np.uint64) for fn, lanes in ((one, 1), (two, 2), (four, 4))}
+    runs = {"scalar, one stream": (one, 1), "scalar, four streams": (four, 4),
+            "vector, one stream": (vector(_fill1), 1), "vector, two streams": (vector(_fill2), 2),
+            "vector, four streams": (vector(_fill4), 4)}
+    bufs = {name: np.empty((lanes, n // lanes), np.uint64) for name, (_, lanes) in runs.items()}
     wrong = 0
-    for fn, raw in bufs.items():
+    for name, (fn, _) in runs.items():
+        raw = bufs[name]
         fn(states, raw)
         wrong += sum(int((raw[v] != stream(v).random_raw(raw.shape[1])).sum()) for v in range(raw.shape[0]))
     check("sfc64-lanes: outputs that differ from numpy's random_raw", wrong, 0)
     print("\n== sfc64-lanes: 2^20 SFC64 outputs, one thread ==")
-    for name, fn in (("two streams side by side", two), ("four streams side by side", four)):
-        res = paired({name: lambda fn=fn: fn(states, bufs[fn]), "one stream": lambda: one(states, bufs[one])},
-                     args.pairs, warmup=args.warmup, settle=args.settle)
-        print_paired(res)
+
+    def side(name: str):
+        fn = runs[name][0]
+        return lambda: fn(states, bufs[name])
+
+    for a, b in (("vector, four streams", "scalar, four streams"), ("vector, one stream", "scalar, one stream"),
+                 ("vector, two streams", "vector, one stream"), ("vector, four streams", "vector, one stream")):
+        print_paired(paired({a: side(a), b: side(b)}, args.pairs, warmup=args.warmup, settle=args.settle))
 
 
 def main() -> None:

@@ -250,6 +250,31 @@ def test_dropout_twin_streams_are_numpys_sfc64():
     assert np.array_equal(out, mask)
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_dropout_twin_vector_lanes_are_numpys_sfc64(lanes):
+    """The twin's vector step (``_fill_lanes``): each lane's outputs and final state are NumPy's own
+    SFC64 from that lane's state, over calls of uneven lengths (0 and 1 steps among them)."""
+    from numba import njit
+
+    from npformer.ops.fused import dropout as fused
+    fill = {1: fused._fill1, 2: fused._fill2, 4: fused._fill4}[lanes]
+
+    @njit(cache=False)
+    def run(st, raw, n):
+        fill(st, raw, n)
+
+    gens = [np.random.SFC64(np.random.SeedSequence(3, spawn_key=(v,))) for v in range(lanes)]
+    st = np.array([g.state["state"]["state"] for g in gens], np.uint64)          # (lanes, 4)
+    raw = np.zeros((lanes, 700), np.uint64)
+    for n in (0, 1, 37, 700, 5):
+        raw[:] = 0
+        run(st, raw, n)
+        for v, g in enumerate(gens):
+            assert np.array_equal(raw[v, :n], g.random_raw(n)), (n, v)
+            assert not raw[v, n:].any()                                  # nothing past n is written
+            assert np.array_equal(st[v], np.array(g.state["state"]["state"], np.uint64)), (n, v)
+
+
 def test_dropout_twin_seeds_as_numpy():
     """The twin's block states, seeded without NumPy's objects (SeedSequence's pool and hash, SFC64's
     warm-up), are NumPy's own: roots of one and two 32-bit words, the edges, many blocks."""

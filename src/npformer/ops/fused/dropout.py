@@ -10,11 +10,11 @@ sum); pinned by tests/ops/test_twins.py (test_dropout_twins). The masks are the 
   outputs at a time into a buffer, then one vectorized pass that reads the buffer as 32-bit draws, in
   the order ``random_raw(...).view(np.uint32)`` gives them, keeps where a draw is >= cut, and writes the
   mask and the output. A stream is one chain of dependent steps, so ``LANES`` blocks' streams run side
-  by side in one loop (then a pair, then one alone: ``lane_groups``), each into its own buffer: four
-  chains took 0.60x the time of one for as many outputs, a pair 0.74x (``benchmarks/bench_bounds.py
-  --only sfc64-lanes``, one thread, on the AMD machine of docs/performance.md). SFC64's step, as NumPy's
-  C code takes it: tmp = a + b + counter; counter += 1; a = b ^ (b >> 11); b = c + (c << 3);
-  c = rotl(c, 24) + tmp; the output is tmp.
+  by side (then a pair, then one alone: ``lane_groups``), each into its own buffer, as the lanes of one
+  LLVM vector (``_fill_lanes``; numba's own loops left them scalar, several times slower). SFC64's step,
+  as NumPy's C code takes it: tmp = a + b + counter; counter += 1; a = b ^ (b >> 11); b = c + (c << 3);
+  c = rotl(c, 24) + tmp; the output is tmp. ``benchmarks/bench_bounds.py --only sfc64-lanes`` times
+  the vector lanes against the scalar step ``_next`` (which the seeding's warm-up still takes).
 - the blocks' starting states: ``block_states`` computes what ``ops/dropout.py block_states`` reads from
   NumPy's ``SFC64(SeedSequence(root, spawn_key=(k,)))``: SeedSequence's mixing of the entropy into its
   pool of four 32-bit words and its drawing of words from the pool, then SFC64's seeding (the words as
@@ -27,9 +27,13 @@ Dimension legend: N elements (flat), K blocks.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from numba import prange
-from numba.core.extending import register_jitable
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.core.extending import intrinsic, register_jitable
 
 from ..kernels import Kernel
 
@@ -61,6 +65,63 @@ def _next(a, b, c, count):  # type: ignore[no-untyped-def]
     return tmp, b ^ (b >> _11), c + (c << _3), ((c << _24) | (c >> _40)) + tmp, count + _1
 
 
+def _fill_lanes(lanes: int) -> Any:
+    """A compiled-code function fill(st, raw, n): ``lanes`` SFC64 streams, each n steps, side by side as the
+    lanes of one LLVM vector. st (lanes, 4) uint64, C-contiguous: stream v's state (a, b, c, counter),
+    advanced in place; raw (lanes, M) uint64, C-contiguous, n <= M: raw[v, :n] <- stream v's outputs."""
+
+    @intrinsic
+    def fill(typingctx: Any, st: Any, raw: Any, n: Any) -> Any:
+        if not (isinstance(st, types.Array) and isinstance(raw, types.Array) and isinstance(n, types.Integer)):
+            return None
+
+        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            vec = ir.VectorType(i64, lanes)
+            stp = context.make_array(sig.args[0])(context, builder, args[0]).data       # (lanes * 4,)
+            raw_arr = context.make_array(sig.args[1])(context, builder, args[1])
+            rawp, m = raw_arr.data, cgutils.unpack_tuple(builder, raw_arr.shape, 2)[1]  # (lanes * M,), M
+            steps = context.cast(builder, args[2], sig.args[2], types.intp)
+
+            def splat(c: int) -> Any:
+                return ir.Constant(vec, [ir.Constant(i64, c)] * lanes)
+
+            def at(v: int, field: int) -> Any:                  # &st[v, field]
+                return builder.gep(stp, [ir.Constant(i64, 4 * v + field)])
+
+            regs = []                                           # a, b, c, counter: one vector each
+            for field in range(4):
+                x = ir.Constant(vec, ir.Undefined)
+                for v in range(lanes):
+                    x = builder.insert_element(x, builder.load(at(v, field)), ir.Constant(i32, v))
+                slot = cgutils.alloca_once(builder, vec)        # promoted to a register by LLVM
+                builder.store(x, slot)
+                regs.append(slot)
+            with cgutils.for_range(builder, steps) as loop:
+                a, b, c, k = (builder.load(r) for r in regs)
+                t = builder.add(builder.add(a, b), k)          # the output
+                builder.store(builder.xor(b, builder.lshr(b, splat(11))), regs[0])
+                builder.store(builder.add(c, builder.shl(c, splat(3))), regs[1])
+                rot = builder.or_(builder.shl(c, splat(24)), builder.lshr(c, splat(40)))
+                builder.store(builder.add(rot, t), regs[2])
+                builder.store(builder.add(k, splat(1)), regs[3])
+                for v in range(lanes):                          # raw[v, j] = t[v]
+                    off = builder.add(builder.mul(ir.Constant(i64, v), m), loop.index)
+                    builder.store(builder.extract_element(t, ir.Constant(i32, v)), builder.gep(rawp, [off]))
+            for field in range(4):
+                x = builder.load(regs[field])
+                for v in range(lanes):
+                    builder.store(builder.extract_element(x, ir.Constant(i32, v)), at(v, field))
+            return context.get_dummy_value()
+
+        return types.void(st, raw, n), codegen
+
+    return fill
+
+
+_fill4, _fill2, _fill1 = (_fill_lanes(n) for n in (LANES, 2, 1))
+
+
 def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, groups: np.ndarray, cut: np.uint32,
              scale: np.ndarray, out: np.ndarray, mask: np.ndarray) -> None:
     # y, out, mask (N,); x (N,) or (0,) for no residual; states (K, 4) uint64, each block's SFC64 state
@@ -72,44 +133,37 @@ def _streams(y: np.ndarray, x: np.ndarray, states: np.ndarray, per: int, groups:
     zero = s - s
     for g in prange(groups.shape[0]):
         first, lanes = groups[g, 0], groups[g, 1]
-        raw = np.empty((LANES, RAW), np.uint64)                       # a lane's draws are read only where written
-        st = np.zeros((LANES, 4), np.uint64)                          # unused lanes run from zeros, unread
+        raw = np.empty((lanes, RAW), np.uint64)                       # one buffer per stream
+        st = np.empty((lanes, 4), np.uint64)                          # the streams' states, advanced in place
         for v in range(lanes):
             for i in range(4):
                 st[v, i] = states[first + v, i]
-        a0, b0, c0, k0 = st[0, 0], st[0, 1], st[0, 2], st[0, 3]
-        a1, b1, c1, k1 = st[1, 0], st[1, 1], st[1, 2], st[1, 3]
-        a2, b2, c2, k2 = st[2, 0], st[2, 1], st[2, 2], st[2, 3]
-        a3, b3, c3, k3 = st[3, 0], st[3, 1], st[3, 2], st[3, 3]
-        r0, r1, r2, r3 = raw[0], raw[1], raw[2], raw[3]               # one buffer per stream, stored to in order
         for off in range(0, per, 2 * RAW):
             m = min(2 * RAW, per - off)
-            if lanes == LANES:                                        # four independent chains side by side
-                for j in range((m + 1) // 2):
-                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
-                    t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
-                    t2, a2, b2, c2, k2 = _next(a2, b2, c2, k2)
-                    t3, a3, b3, c3, k3 = _next(a3, b3, c3, k3)
-                    r0[j], r1[j], r2[j], r3[j] = t0, t1, t2, t3
+            if lanes == LANES:                                        # the chains side by side, one vector
+                _fill4(st, raw, (m + 1) // 2)
             elif lanes == 2:
-                for j in range((m + 1) // 2):
-                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
-                    t1, a1, b1, c1, k1 = _next(a1, b1, c1, k1)
-                    r0[j], r1[j] = t0, t1
+                _fill2(st, raw, (m + 1) // 2)
             else:
-                for j in range((m + 1) // 2):
-                    t0, a0, b0, c0, k0 = _next(a0, b0, c0, k0)
-                    r0[j] = t0
+                _fill1(st, raw, (m + 1) // 2)
             for v in range(lanes):
                 lo = (first + v) * per + off
                 mv = min(m, n - lo)                                   # the last block may end early
                 if mv <= 0:
                     continue
                 draws = raw[v].view(np.uint32)                        # (2 RAW,) low half first
-                mc = mask[lo:lo + mv]                                 # indexed from 0: LLVM vectorizes
-                for i in range(mv):
-                    mc[i] = s if draws[i] >= cut else zero
-                _apply(y[lo:lo + mv], x[lo:lo + mv], has_x, mc, out[lo:lo + mv])
+                mc, yc, oc = mask[lo:lo + mv], y[lo:lo + mv], out[lo:lo + mv]   # indexed from 0: LLVM vectorizes
+                if has_x:
+                    xc = x[lo:lo + mv]
+                    for i in range(mv):
+                        mi = s if draws[i] >= cut else zero
+                        mc[i] = mi
+                        oc[i] = yc[i] * mi + xc[i]
+                else:
+                    for i in range(mv):
+                        mi = s if draws[i] >= cut else zero
+                        mc[i] = mi
+                        oc[i] = yc[i] * mi
 
 
 def _keep(y: np.ndarray, x: np.ndarray, keep: np.ndarray, scale: np.ndarray, out: np.ndarray,
