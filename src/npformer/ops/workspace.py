@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import math
 import platform
 import sys
 import threading
@@ -130,7 +131,7 @@ def empty(shape: int | tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     global _held, _tick
     dtype = np.dtype(dtype)
     shape = tuple(int(n) for n in (shape if isinstance(shape, tuple) else (shape,)))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize                # Python ints: no overflow, no numpy call
     if not _ENABLED or nbytes < MIN_BYTES or nbytes > _LIMIT:
         return np.empty(shape, dtype)
     with _lock:
