@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test lint install install-test install-docs docs bench clean
+.PHONY: demo test lint install install-test install-docs docs bench clean clean-kernels
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,5 +56,10 @@ BENCH_OUT ?= runs/bench
 bench: install-test
 	PYTHON=$(PY) benchmarks/run_all.sh $(BENCH_OUT)
 
-clean:
+clean: clean-kernels
 	rm -rf $(VENV) runs build dist site src/*.egg-info .mypy_cache
+
+# numba keys a compiled kernel's disk cache by its own source file, not by the functions it calls
+# (ops/fused/_simd.py): after editing those, drop the caches so that every kernel compiles again
+clean-kernels:
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete

@@ -416,6 +416,40 @@ def test_float32_exp_and_tanh():
     assert np.all(t * x >= 0)                                         # never the wrong sign
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_max_is_exact_on_short_and_long_rows(dtype):
+    """``fused/_simd.py row_max`` is numpy's max exactly: rows of 1 to 130 (both of its paths, each
+    remainder), the maximum at each end and inside, -inf entries (masked keys), a row all -inf, +inf, a
+    sub-range [lo, hi) of a longer row."""
+    from numba import njit
+
+    from npformer.ops.fused import _simd
+
+    @njit
+    def maxima(a, lo, hi, out):
+        for i in range(a.shape[0]):
+            out[i] = _simd.row_max(a[i], lo, hi)
+
+    rng = np.random.default_rng(12)
+    for n in [*range(1, 20), 31, 32, 33, 47, 48, 49, 52, 63, 64, 65, 127, 128, 130]:
+        a = rng.standard_normal((3 * n + 4, n)).astype(dtype)
+        a[rng.random(a.shape) < 0.3] = -np.inf
+        for i in range(n):                                           # the largest value at every position
+            a[i, i] = 9.0
+            a[n + i, i] = -9.0
+            a[n + i, np.arange(n) != i] = -np.inf
+        a[-4] = -np.inf
+        a[-3, n // 2] = np.inf
+        a[-2] = np.linspace(-5, 5, n)
+        a[-1] = np.linspace(5, -5, n)
+        out = np.empty(a.shape[0], dtype)
+        maxima(a, 0, n, out)
+        assert np.array_equal(out, a.max(axis=1)), n
+        if n > 3:
+            maxima(a, 1, n - 1, out)
+            assert np.array_equal(out, a[:, 1:n - 1].max(axis=1)), n
+
+
 def test_the_ffn_adds_its_bias_in_the_gelu_twin(monkeypatch):
     """FeedForward with GELU: linear1's product without its bias, the twin adding it in its one pass
     (the activation is handed the bias on the twins, not on the references); outputs and every gradient
