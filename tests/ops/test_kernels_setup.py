@@ -42,6 +42,34 @@ def test_import_and_help_do_not_import_numba():
     assert r.returncode == 0 and r.stdout.endswith("ok\n"), r.stderr
 
 
+def test_adam_takes_its_twin_on_small_parameters_once_numba_is_loaded():
+    """On auto, small parameters' Adam runs the reference while numba is not loaded (and loads nothing), and
+    the twin once a large array has loaded it, with the reference's bits; in a fresh interpreter."""
+    _numba()
+    r = _python(
+        "import sys, numpy as np\n"
+        "from npformer import ops\nfrom npformer.ops import kernels\nfrom npformer.train import Adam\n"
+        "rng = np.random.default_rng(0)\n"
+        "p0 = {'w': rng.standard_normal((30, 7)).astype(np.float32), 'b': rng.standard_normal(7).astype(np.float32)}\n"
+        "gs = [{k: rng.standard_normal(v.shape).astype(np.float32) for k, v in p0.items()} for _ in range(3)]\n"
+        "def train():\n"
+        "    p = {k: v.copy() for k, v in p0.items()}\n"
+        "    o = Adam(p, lr=1e-2, weight_decay=0.1)\n"
+        "    for g in gs:\n        o.step(g)\n"
+        "    return p, o\n"
+        "ref, o_ref = train()\n"
+        "assert kernels.kernels_used()['adam'] == 'numpy' and 'numba' not in sys.modules\n"
+        "ops.layernorm_forward(np.ones((512, 512), np.float32), np.ones(512, np.float32), np.zeros(512, np.float32))\n"
+        "assert 'numba' in sys.modules\n"
+        "twin, o_twin = train()\n"
+        "assert kernels.kernels_used()['adam'] == 'numba'\n"
+        "for k in p0:\n"
+        "    assert np.array_equal(twin[k], ref[k]) and np.array_equal(o_twin.m[k], o_ref.m[k]), k\n"
+        "    assert np.array_equal(o_twin.v[k], o_ref.v[k]), k\n"
+        "print('ok')", env={"NPFORMER_KERNELS": "auto"})
+    assert r.returncode == 0 and r.stdout.endswith("ok\n"), r.stderr
+
+
 def test_a_bad_kernels_value_is_one_line_and_exit_2():
     r = _python("from npformer.cli import main; raise SystemExit(main(['info']))", {"NPFORMER_KERNELS": "fast"})
     assert r.returncode == 2
@@ -57,7 +85,8 @@ def test_info_names_the_kernels(capsys, monkeypatch):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     if kernels.numba_module() is not None:
-        assert ("kernels: auto (compiled twins on arrays of 131,072+ elements: adam, cross_entropy_backward "
+        assert ("kernels: auto (compiled twins on arrays of 131,072+ elements: adam (any size once numba is loaded), "
+                "cross_entropy_backward "
                 "(float32), cross_entropy_forward (float32), dropout_add_forward, dropout_forward, "
                 "embedding_backward, gelu_backward "
                 "(float32), gelu_forward (float32), gelu_inference_ (float32), gelu_tanh_backward (float32), "

@@ -128,14 +128,21 @@ PAYS: dict[str, frozenset] = {
 # sizes bench_twins measured. Small models gain nothing from a twin, and a process that never meets a
 # large array never imports numba nor loads a kernel (about 1 s).
 AUTO_MIN_ELEMENTS = 1 << 17
+# Twins auto also takes below AUTO_MIN_ELEMENTS once numba is loaded in the process (an array of that size
+# has taken a twin): Adam's, one compiled call per parameter against the reference's ten ufunc calls and two
+# scratch arrays, with the same bits; a d_model 64 model's 28 parameters, none large, took 0.20 ms a step
+# on it against 0.53 on the reference (AMD EPYC, 2026-12-06). A process of small arrays alone still never
+# imports numba.
+ANY_SIZE_ONCE_LOADED = frozenset({"adam"})
 # Not in PAYS (docs/DESIGN.md lists them with their ratios): the float64 softmax, GELU and cross-entropy.
 # ``numba`` still runs them; their tests still hold them.
 
 
 def twins(op: str, size: int, dtype: Any = None) -> bool:
     """Whether ``op`` on an array of ``size`` elements (of ``dtype``, when given) runs its compiled twin
-    now: on ``numba`` every twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more in a
-    dtype PAYS names for them, when numba imports; on ``numpy`` none."""
+    now: on ``numba`` every twin; on ``auto`` those in PAYS for arrays of AUTO_MIN_ELEMENTS or more (those in
+    ANY_SIZE_ONCE_LOADED at any size once numba is loaded) in a dtype PAYS names for them, when numba
+    imports; on ``numpy`` none."""
     m = mode()
     if m == "numpy":
         return False
@@ -143,7 +150,8 @@ def twins(op: str, size: int, dtype: Any = None) -> bool:
         _require_numba()
         return True
     dtypes = PAYS.get(op)
-    return (dtypes is not None and size >= AUTO_MIN_ELEMENTS and (dtype is None or np.dtype(dtype) in dtypes)
+    large = size >= AUTO_MIN_ELEMENTS or (op in ANY_SIZE_ONCE_LOADED and _numba is not None)
+    return (dtypes is not None and large and (dtype is None or np.dtype(dtype) in dtypes)
             and numba_module() is not None)
 
 
@@ -184,9 +192,15 @@ def describe() -> dict[str, Any]:
         out["numba"] = nb.__version__
         out["threading_layer"] = threading_layer()
         out["numba_threads"] = parallel.threads()
-        out["twins"] = sorted(op if PAYS[op] == _BOTH else f"{op} (float32)" for op in PAYS) if m == "auto" \
-            else "all"
+        out["twins"] = sorted(_described(op) for op in PAYS) if m == "auto" else "all"
     return out
+
+
+def _described(op: str) -> str:
+    """An auto twin's name with what limits it: float32 only, any size once numba is loaded."""
+    notes = ([] if PAYS[op] == _BOTH else ["float32"]) + (["any size once numba is loaded"]
+                                                          if op in ANY_SIZE_ONCE_LOADED else [])
+    return f"{op} ({', '.join(notes)})" if notes else op
 
 
 def threading_layer() -> str:
