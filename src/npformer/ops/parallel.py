@@ -25,7 +25,9 @@ sum 1.10x on attention-sized arrays, softmax 1.01-1.02x) and for whole DecoderLM
 spinning on the other cores for a while after each product, so a helper thread there shares its
 core with one; and each of an op's ufunc calls hands the GIL between the threads, which costs a
 thread wake-up (a median 8 us, a 90th percentile of 96 us there) against a few microseconds of
-arithmetic per call. Run it on another machine to see whether ``limit(n)`` pays there.
+arithmetic per call. The compiled twins (``ops/kernels.py``) follow the same setting, and lose far more
+on 2 threads: whole steps 2.1 to 6.8x their one-thread time on a 2-core AMD EPYC (numba's threads wait on
+OpenBLAS's spinning workers; docs/DESIGN.md). Run it on another machine to see whether ``limit(n)`` pays there.
 
 With ``limit(n)``, n > 1: the calling thread takes blocks too; helper threads are started on first
 use, and wait on a queue between jobs, blocked, never spinning. Blocks are handed out one at a
