@@ -8,7 +8,8 @@
 # under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`, so numpy's BLAS picks the kernel a user's numpy
 # picks, with its defaults (15 pairs, the order rotated each round). PYTHON (default .venv/bin/python)
 # runs them. The benchmarks of a fresh process's memory and the training runs (bench_long_attention,
-# bench_train, bench_similar, bench_explore_page) are not here: they take longer; run them by hand.
+# bench_train, bench_similar, bench_explore_page) are not here: they take longer; run them by hand, as
+# bench_revisions, which compares the working tree with a revision you name (--base REV).
 #
 # Budget: about 15 minutes on a quiet 2-core machine (an estimate from the step times of earlier runs;
 # times.txt gives the real ones). The two longest are bench_kvcache (15
