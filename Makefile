@@ -40,7 +40,15 @@ install-docs: $(PY)
 docs: install-docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-demo: install
+# numba keys a compiled kernel's disk cache by its own source file, not by the functions it calls from
+# another (ops/fused/_simd.py): when a file of ops/fused/ is newer than the last clearing (a pull, an edit),
+# demo and test drop the caches first, so that no kernel runs old code
+KERNEL_STAMP := $(VENV)/kernels.stamp
+$(KERNEL_STAMP): $(wildcard src/npformer/ops/fused/*.py) | $(PY)
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+	touch $@
+
+demo: install $(KERNEL_STAMP)
 	$(VENV)/bin/npformer demo
 
 # ruff, then mypy with the settings of pyproject.toml's [tool.mypy]
@@ -48,7 +56,7 @@ lint: install-test
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src/npformer
 
-test: lint
+test: lint $(KERNEL_STAMP)
 	$(PY) -m pytest
 
 # the side-by-side benchmarks and the breakdown, about 15 minutes on a quiet 2-core machine (benchmarks/run_all.sh)
@@ -59,7 +67,6 @@ bench: install-test
 clean: clean-kernels
 	rm -rf $(VENV) runs build dist site src/*.egg-info .mypy_cache
 
-# numba keys a compiled kernel's disk cache by its own source file, not by the functions it calls
-# (ops/fused/_simd.py): after editing those, drop the caches so that every kernel compiles again
+# the same by hand (see KERNEL_STAMP)
 clean-kernels:
 	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
