@@ -72,8 +72,11 @@ def _fill_lanes(lanes: int) -> Any:
 
     @intrinsic
     def fill(typingctx: Any, st: Any, raw: Any, n: Any) -> Any:
-        if not (isinstance(st, types.Array) and isinstance(raw, types.Array) and isinstance(n, types.Integer)):
-            return None
+        def c_uint64_2d(a: Any) -> bool:
+            return isinstance(a, types.Array) and a.ndim == 2 and a.dtype == types.uint64 and a.layout == "C"
+
+        if not (c_uint64_2d(st) and c_uint64_2d(raw) and isinstance(n, types.Integer)):
+            return None                                         # numba then reports no matching signature
 
         def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
             i32, i64 = ir.IntType(32), ir.IntType(64)
