@@ -44,8 +44,9 @@ docs: install-docs
 # another (ops/fused/_simd.py): when a file of ops/fused/ is newer than the last clearing (a pull, an edit),
 # demo and test drop the caches first, so that no kernel runs old code
 KERNEL_STAMP := $(VENV)/kernels.stamp
+CLEAR_KERNELS := find src -name '*.nbi' -delete -o -name '*.nbc' -delete
 $(KERNEL_STAMP): $(wildcard src/npformer/ops/fused/*.py) | $(PY)
-	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+	$(CLEAR_KERNELS)
 	touch $@
 
 demo: install $(KERNEL_STAMP)
@@ -69,4 +70,4 @@ clean: clean-kernels
 
 # the same by hand (see KERNEL_STAMP)
 clean-kernels:
-	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+	$(CLEAR_KERNELS)

@@ -130,9 +130,9 @@ PAYS: dict[str, frozenset] = {
 AUTO_MIN_ELEMENTS = 1 << 17
 # Twins auto also takes below AUTO_MIN_ELEMENTS once numba is loaded in the process (an array of that size
 # has taken a twin): Adam's, one compiled call per parameter against the reference's ten ufunc calls and two
-# scratch arrays, with the same bits; a d_model 64 model's 28 parameters, none large, took 0.20 ms a step
-# on it against 0.53 on the reference (AMD EPYC, 2026-12-06). A process of small arrays alone still never
-# imports numba.
+# scratch arrays, with the same bits (a small model's parameters, none large, took well under half the
+# reference's time in a throwaway timing on the AMD EPYC, 2026-12-06). A process of small arrays alone
+# still never imports numba.
 ANY_SIZE_ONCE_LOADED = frozenset({"adam"})
 # Not in PAYS (docs/DESIGN.md lists them with their ratios): the float64 softmax, GELU and cross-entropy.
 # ``numba`` still runs them; their tests still hold them.

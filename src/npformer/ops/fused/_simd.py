@@ -174,8 +174,8 @@ def row_dots_weighted(dy, w, h):  # type: ignore[no-untyped-def]
 def row_max(a, lo, hi):  # type: ignore[no-untyped-def]
     """max(a[lo:hi]) in a's dtype, hi > lo, exact in any order: a row of fewer than 48 one running max,
     which LLVM vectorizes; a longer one eight running maxima. No array is allocated (sixteen maxima in an
-    array allocated per call cost short rows most of their time: about 50 ns a row of 32). Compiled
-    assuming no NaN: a NaN in the row goes on to the exp pass, whose sum it makes NaN."""
+    array allocated per call cost short rows most of their time). Compiled assuming no NaN: a NaN in the
+    row goes on to the exp pass, whose sum it makes NaN."""
     if hi - lo < 48:
         m = a[lo]
         for j in range(lo + 1, hi):
